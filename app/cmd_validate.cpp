@@ -1,0 +1,74 @@
+// trainer validate RECIPE [--set K=V]... [--world-size N] [--json]
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "recipe/load.h"
+
+namespace trainer::app {
+
+namespace {
+
+struct ValidateOptions {
+  std::string recipe_path;
+  std::vector<std::string> overrides;
+  int64_t world_size = 0;
+  bool json = false;
+};
+
+nlohmann::json mesh_json(const recipe::MeshShape& m) {
+  return {{"world_size", m.world_size}, {"tp", m.tp},   {"cp", m.cp},   {"dp", m.dp},
+          {"pp", m.pp},                 {"vpp", m.vpp}, {"etp", m.etp}, {"ep", m.ep},
+          {"edp", m.edp},               {"global_batch_size", m.global_batch_size},
+          {"grad_accum_steps", m.grad_accum_steps}};
+}
+
+std::string mesh_text(const recipe::MeshShape& m, int64_t micro_batch_size) {
+  return fmt::format(
+      "mesh for world size {} (rank order tp-cp-ep-dp-pp):\n"
+      "  dense layers:  tp={} cp={} dp={} pp={} (vpp={})\n"
+      "  expert layers: etp={} ep={} edp={} pp={}\n"
+      "  global batch:  {} sequences = micro-batch {} x {} accumulation steps x dp {}\n",
+      m.world_size, m.tp, m.cp, m.dp, m.pp, m.vpp, m.etp, m.ep, m.edp, m.pp, m.global_batch_size, micro_batch_size,
+      m.grad_accum_steps, m.dp);
+}
+
+int run_validate(const ValidateOptions& options) {
+  recipe::LoadOptions load;
+  load.overrides = options.overrides;
+  if (options.world_size > 0) load.world_size = options.world_size;
+  const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+  if (options.json) {
+    nlohmann::json out = {{"recipe", loaded.resolved}, {"mesh", nullptr}};
+    if (loaded.mesh) out["mesh"] = mesh_json(*loaded.mesh);
+    std::fputs((out.dump(2) + "\n").c_str(), stdout);
+    return 0;
+  }
+  std::fputs((loaded.resolved.dump(2) + "\n").c_str(), stdout);
+  if (loaded.mesh) std::fputs(("\n" + mesh_text(*loaded.mesh, loaded.recipe.training.micro_batch_size)).c_str(), stdout);
+  std::fputs(fmt::format("{}: valid{}\n", options.recipe_path,
+                         loaded.mesh ? fmt::format(" at world size {}", loaded.mesh->world_size)
+                                     : " (pass --world-size N to check the mesh and batch rules)")
+                 .c_str(),
+             stderr);
+  return 0;
+}
+
+}  // namespace
+
+CommandAction add_validate_command(CLI::App& parent) {
+  auto options = std::make_shared<ValidateOptions>();
+  CLI::App* command = parent.add_subcommand(
+      "validate", "Resolve defaults, hf_config and overrides, check every rule, and print the resolved recipe");
+  command->add_option("recipe", options->recipe_path, "Recipe JSON file")->required();
+  add_set_option(*command, options->overrides);
+  command->add_option("--world-size", options->world_size,
+                      "Also check the rules that depend on the world size, and print the mesh")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--json", options->json, "Print {\"recipe\": ..., \"mesh\": ...} as one JSON document");
+  return [options] { return run_validate(*options); };
+}
+
+}  // namespace trainer::app

@@ -1,0 +1,22 @@
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "core/error.h"
+
+namespace trainer::app {
+
+void add_set_option(CLI::App& command, std::vector<std::string>& overrides) {
+  command.add_option("--set", overrides, "Override a recipe value, KEY=VALUE (repeatable), e.g. --set training.steps=20")
+      ->type_name("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+int not_available(const std::string& command, const std::string& what) {
+  std::fputs(fmt::format("trainer {}: not available yet in this build; {}\n", command, what).c_str(), stderr);
+  return kExitUsageError;
+}
+
+}  // namespace trainer::app

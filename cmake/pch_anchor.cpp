@@ -1,0 +1,1 @@
+// Anchor translation unit for the targets that own the precompiled headers.

@@ -1,0 +1,117 @@
+#pragma once
+// The resolved recipe as typed values: defaults applied, derived fields filled in
+// (num_key_value_heads, head_dim, moe_intermediate_size, etp), every rule checked.
+// Obtained from load_recipe() (recipe/load.h); torch-free, shared by the runtime and the estimator.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer::recipe {
+
+struct RopeScaling {
+  std::string rope_type = "llama3";
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct MoeConfig {
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 2;
+  int64_t moe_intermediate_size = 0;
+  int64_t num_shared_experts = 0;
+  double router_aux_loss_coef = 0.01;
+  std::string aux_loss_scope = "micro_batch";
+  std::optional<double> capacity_factor;  // none: dropless
+  std::vector<int64_t> layers;            // indices of MoE layers (all when the recipe says null)
+};
+
+struct ModelConfig {
+  std::optional<std::string> hf_config;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  int64_t max_position_embeddings = 4096;
+  double initializer_range = 0.02;
+  std::optional<MoeConfig> moe;
+
+  bool is_moe_layer(int64_t layer) const;
+};
+
+struct ParallelConfig {
+  int64_t tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
+  int64_t dp = -1;  // -1 until a world size is known
+  bool sequence_parallel = false;
+  int64_t zero = 0;
+  std::string pipeline_schedule = "1f1b";
+  std::string cp_method = "ring";
+};
+
+struct TrainingConfig {
+  int64_t seq_len = 2048;
+  int64_t micro_batch_size = 1;
+  std::optional<int64_t> global_batch_size;  // none until dp is known when the recipe says null
+  int64_t steps = 1000;
+  int64_t seed = 1234;
+  std::string dtype = "bf16";
+  std::string recompute = "none";
+  double grad_clip = 1.0;
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  std::string decay = "cosine";
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+struct DataConfig {
+  std::string source = "synthetic";
+  std::vector<std::string> paths;
+  std::vector<double> weights;  // empty: proportional to dataset sizes
+};
+
+struct CheckpointConfig {
+  std::optional<std::string> dir;
+  int64_t interval = 0;
+  bool async = true;
+  int64_t keep = 2;
+  std::string resume = "auto";
+};
+
+struct LoggingConfig {
+  int64_t interval = 1;
+  std::optional<std::string> metrics_file;
+};
+
+struct HardwareConfig {
+  std::string gpu = "h100-sxm";
+  int64_t gpus_per_node = 8;
+};
+
+struct Recipe {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  HardwareConfig hardware;
+};
+
+}  // namespace trainer::recipe

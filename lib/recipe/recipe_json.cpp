@@ -1,0 +1,228 @@
+#include "recipe/recipe_json.h"
+
+#include <fmt/format.h>
+
+#include "recipe/keys.h"
+
+namespace trainer::recipe {
+
+namespace {
+
+using nlohmann::json;
+
+const json& at(const json& doc, const std::string& path) {
+  static const json null_value;
+  const json* node = get_path(doc, path);
+  return node ? *node : null_value;
+}
+
+template <typename T>
+T get(const json& doc, const std::string& path) {
+  return at(doc, path).get<T>();
+}
+
+template <typename T>
+std::optional<T> get_optional(const json& doc, const std::string& path) {
+  const json& value = at(doc, path);
+  if (value.is_null()) return std::nullopt;
+  return value.get<T>();
+}
+
+// Integers may arrive as integral floats ("--set training.steps=1e3").
+int64_t get_int(const json& doc, const std::string& path) {
+  const json& value = at(doc, path);
+  return value.is_number_integer() ? value.get<int64_t>() : static_cast<int64_t>(value.get<double>());
+}
+
+std::optional<int64_t> get_optional_int(const json& doc, const std::string& path) {
+  if (at(doc, path).is_null()) return std::nullopt;
+  return get_int(doc, path);
+}
+
+template <typename T>
+json optional_json(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!moe) return false;
+  for (auto l : moe->layers)
+    if (l == layer) return true;
+  return false;
+}
+
+Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
+  Recipe r;
+  auto& m = r.model;
+  m.hf_config = get_optional<std::string>(d, "model.hf_config");
+  m.vocab_size = get_int(d, "model.vocab_size");
+  m.hidden_size = get_int(d, "model.hidden_size");
+  m.intermediate_size = get_int(d, "model.intermediate_size");
+  m.num_hidden_layers = get_int(d, "model.num_hidden_layers");
+  m.num_attention_heads = get_int(d, "model.num_attention_heads");
+  m.num_key_value_heads = get_optional_int(d, "model.num_key_value_heads").value_or(m.num_attention_heads);
+  if (auto head_dim = get_optional_int(d, "model.head_dim")) {
+    m.head_dim = *head_dim;
+  } else if (m.hidden_size % m.num_attention_heads != 0) {
+    problems.push_back(fmt::format(
+        "model.hidden_size={} is not divisible by model.num_attention_heads={}; set model.head_dim explicitly",
+        m.hidden_size, m.num_attention_heads));
+    m.head_dim = 1;
+  } else {
+    m.head_dim = m.hidden_size / m.num_attention_heads;
+  }
+  m.rope_theta = get<double>(d, "model.rope_theta");
+  if (!at(d, "model.rope_scaling").is_null()) {
+    RopeScaling s;
+    s.rope_type = get<std::string>(d, "model.rope_scaling.rope_type");
+    s.factor = get<double>(d, "model.rope_scaling.factor");
+    s.low_freq_factor = get<double>(d, "model.rope_scaling.low_freq_factor");
+    s.high_freq_factor = get<double>(d, "model.rope_scaling.high_freq_factor");
+    s.original_max_position_embeddings = get_int(d, "model.rope_scaling.original_max_position_embeddings");
+    m.rope_scaling = s;
+  }
+  m.rms_norm_eps = get<double>(d, "model.rms_norm_eps");
+  m.tie_word_embeddings = get<bool>(d, "model.tie_word_embeddings");
+  m.max_position_embeddings = get_int(d, "model.max_position_embeddings");
+  m.initializer_range = get<double>(d, "model.initializer_range");
+  if (!at(d, "model.moe").is_null()) {
+    MoeConfig e;
+    e.num_local_experts = get_int(d, "model.moe.num_local_experts");
+    e.num_experts_per_tok = get_int(d, "model.moe.num_experts_per_tok");
+    e.moe_intermediate_size = get_optional_int(d, "model.moe.moe_intermediate_size").value_or(m.intermediate_size);
+    e.num_shared_experts = get_int(d, "model.moe.num_shared_experts");
+    e.router_aux_loss_coef = get<double>(d, "model.moe.router_aux_loss_coef");
+    e.aux_loss_scope = get<std::string>(d, "model.moe.aux_loss_scope");
+    e.capacity_factor = get_optional<double>(d, "model.moe.capacity_factor");
+    if (at(d, "model.moe.layers").is_null()) {
+      for (int64_t l = 0; l < m.num_hidden_layers; ++l) e.layers.push_back(l);
+    } else {
+      for (const auto& l : at(d, "model.moe.layers"))
+        e.layers.push_back(l.is_number_integer() ? l.get<int64_t>() : static_cast<int64_t>(l.get<double>()));
+    }
+    m.moe = e;
+  }
+
+  auto& p = r.parallel;
+  p.tp = get_int(d, "parallel.tp");
+  p.pp = get_int(d, "parallel.pp");
+  p.vpp = get_int(d, "parallel.vpp");
+  p.cp = get_int(d, "parallel.cp");
+  p.ep = get_int(d, "parallel.ep");
+  p.etp = get_optional_int(d, "parallel.etp").value_or(p.tp);
+  p.dp = get_int(d, "parallel.dp");
+  p.sequence_parallel = get<bool>(d, "parallel.sequence_parallel");
+  p.zero = get_int(d, "parallel.zero");
+  p.pipeline_schedule = get<std::string>(d, "parallel.pipeline_schedule");
+  p.cp_method = get<std::string>(d, "parallel.cp_method");
+
+  auto& t = r.training;
+  t.seq_len = get_int(d, "training.seq_len");
+  t.micro_batch_size = get_int(d, "training.micro_batch_size");
+  t.global_batch_size = get_optional_int(d, "training.global_batch_size");
+  t.steps = get_int(d, "training.steps");
+  t.seed = get_int(d, "training.seed");
+  t.dtype = get<std::string>(d, "training.dtype");
+  t.recompute = get<std::string>(d, "training.recompute");
+  t.grad_clip = get<double>(d, "training.grad_clip");
+
+  auto& o = r.optimizer;
+  o.name = get<std::string>(d, "optimizer.name");
+  o.lr = get<double>(d, "optimizer.lr");
+  o.min_lr = get<double>(d, "optimizer.min_lr");
+  o.warmup_steps = get_int(d, "optimizer.warmup_steps");
+  o.decay = get<std::string>(d, "optimizer.decay");
+  o.beta1 = at(d, "optimizer.betas")[0].get<double>();
+  o.beta2 = at(d, "optimizer.betas")[1].get<double>();
+  o.eps = get<double>(d, "optimizer.eps");
+  o.weight_decay = get<double>(d, "optimizer.weight_decay");
+
+  auto& data = r.data;
+  data.source = get<std::string>(d, "data.source");
+  data.paths = get<std::vector<std::string>>(d, "data.paths");
+  if (!at(d, "data.weights").is_null()) data.weights = get<std::vector<double>>(d, "data.weights");
+
+  auto& c = r.checkpoint;
+  c.dir = get_optional<std::string>(d, "checkpoint.dir");
+  c.interval = get_int(d, "checkpoint.interval");
+  c.async = get<bool>(d, "checkpoint.async");
+  c.keep = get_int(d, "checkpoint.keep");
+  c.resume = get<std::string>(d, "checkpoint.resume");
+
+  r.logging.interval = get_int(d, "logging.interval");
+  r.logging.metrics_file = get_optional<std::string>(d, "logging.metrics_file");
+  r.hardware.gpu = get<std::string>(d, "hardware.gpu");
+  r.hardware.gpus_per_node = get_int(d, "hardware.gpus_per_node");
+  return r;
+}
+
+json recipe_to_json(const Recipe& r) {
+  const auto& m = r.model;
+  json model = {
+      {"hf_config", optional_json(m.hf_config)},
+      {"vocab_size", m.vocab_size},
+      {"hidden_size", m.hidden_size},
+      {"intermediate_size", m.intermediate_size},
+      {"num_hidden_layers", m.num_hidden_layers},
+      {"num_attention_heads", m.num_attention_heads},
+      {"num_key_value_heads", m.num_key_value_heads},
+      {"head_dim", m.head_dim},
+      {"rope_theta", m.rope_theta},
+      {"rope_scaling", nullptr},
+      {"rms_norm_eps", m.rms_norm_eps},
+      {"tie_word_embeddings", m.tie_word_embeddings},
+      {"max_position_embeddings", m.max_position_embeddings},
+      {"initializer_range", m.initializer_range},
+      {"moe", nullptr},
+  };
+  if (m.rope_scaling) {
+    const auto& s = *m.rope_scaling;
+    model["rope_scaling"] = {{"rope_type", s.rope_type},
+                             {"factor", s.factor},
+                             {"low_freq_factor", s.low_freq_factor},
+                             {"high_freq_factor", s.high_freq_factor},
+                             {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  }
+  if (m.moe) {
+    const auto& e = *m.moe;
+    const bool all_layers = static_cast<int64_t>(e.layers.size()) == m.num_hidden_layers;
+    model["moe"] = {{"num_local_experts", e.num_local_experts},
+                    {"num_experts_per_tok", e.num_experts_per_tok},
+                    {"moe_intermediate_size", e.moe_intermediate_size},
+                    {"num_shared_experts", e.num_shared_experts},
+                    {"router_aux_loss_coef", e.router_aux_loss_coef},
+                    {"aux_loss_scope", e.aux_loss_scope},
+                    {"capacity_factor", optional_json(e.capacity_factor)},
+                    {"layers", all_layers ? json(nullptr) : json(e.layers)}};
+  }
+  const auto& p = r.parallel;
+  const auto& t = r.training;
+  const auto& o = r.optimizer;
+  const auto& c = r.checkpoint;
+  return {
+      {"model", model},
+      {"parallel",
+       {{"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
+        {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
+        {"cp_method", p.cp_method}}},
+      {"training",
+       {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},
+        {"global_batch_size", optional_json(t.global_batch_size)}, {"steps", t.steps}, {"seed", t.seed},
+        {"dtype", t.dtype}, {"recompute", t.recompute}, {"grad_clip", t.grad_clip}}},
+      {"optimizer",
+       {{"name", o.name}, {"lr", o.lr}, {"min_lr", o.min_lr}, {"warmup_steps", o.warmup_steps}, {"decay", o.decay},
+        {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}},
+      {"data",
+       {{"source", r.data.source}, {"paths", r.data.paths},
+        {"weights", r.data.weights.empty() ? json(nullptr) : json(r.data.weights)}}},
+      {"checkpoint",
+       {{"dir", optional_json(c.dir)}, {"interval", c.interval}, {"async", c.async}, {"keep", c.keep},
+        {"resume", c.resume}}},
+      {"logging", {{"interval", r.logging.interval}, {"metrics_file", optional_json(r.logging.metrics_file)}}},
+      {"hardware", {{"gpu", r.hardware.gpu}, {"gpus_per_node", r.hardware.gpus_per_node}}},
+  };
+}
+
+}  // namespace trainer::recipe

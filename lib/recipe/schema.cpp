@@ -1,0 +1,324 @@
+#include "recipe/schema.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/json_file.h"
+
+namespace trainer::recipe {
+
+namespace {
+
+using nlohmann::json;
+using K = ValueKind;
+
+KeySpec section(std::string path, std::string doc, bool nullable = false) {
+  KeySpec s;
+  s.path = std::move(path);
+  s.kind = K::Section;
+  s.nullable = nullable;
+  s.default_value = nullable ? json(nullptr) : json::object();
+  s.doc = std::move(doc);
+  return s;
+}
+
+KeySpec key(std::string path, K kind, json default_value, std::string doc) {
+  KeySpec s;
+  s.path = std::move(path);
+  s.kind = kind;
+  s.default_value = std::move(default_value);
+  s.nullable = s.default_value.is_null();
+  s.doc = std::move(doc);
+  return s;
+}
+
+KeySpec required(std::string path, K kind, std::string doc) {
+  KeySpec s = key(std::move(path), kind, nullptr, std::move(doc));
+  s.required = true;
+  s.nullable = false;
+  return s;
+}
+
+KeySpec at_least(KeySpec s, double min) {
+  s.min = min;
+  return s;
+}
+KeySpec positive(KeySpec s) {
+  s.min = 0;
+  s.min_exclusive = true;
+  return s;
+}
+KeySpec between(KeySpec s, double min, double max) {
+  s.min = min;
+  s.max = max;
+  return s;
+}
+KeySpec one_of(KeySpec s, std::vector<std::string> choices) {
+  s.choices = std::move(choices);
+  return s;
+}
+KeySpec nullable(KeySpec s) {
+  s.nullable = true;
+  return s;
+}
+
+std::vector<KeySpec> build_schema() {
+  std::vector<KeySpec> s;
+  // --- model: Hugging Face config names --------------------------------------------------------
+  s.push_back(section("model", "The network. Field names are those of a Hugging Face config.json."));
+  s.push_back(key("model.hf_config", K::String, nullptr,
+                  "Path of a local Hugging Face config.json (or its directory) to read the model from; "
+                  "fields given in the recipe override it. Relative paths are relative to the recipe file."));
+  s.push_back(at_least(required("model.vocab_size", K::Integer, "Vocabulary size."), 1));
+  s.push_back(at_least(required("model.hidden_size", K::Integer, "Width of the residual stream."), 1));
+  s.push_back(at_least(required("model.intermediate_size", K::Integer, "Width of the dense SwiGLU MLP."), 1));
+  s.push_back(at_least(required("model.num_hidden_layers", K::Integer, "Number of transformer layers."), 1));
+  s.push_back(at_least(required("model.num_attention_heads", K::Integer, "Query heads."), 1));
+  s.push_back(at_least(key("model.num_key_value_heads", K::Integer, nullptr,
+                           "Key/value heads (grouped-query attention); null: num_attention_heads."), 1));
+  s.push_back(at_least(key("model.head_dim", K::Integer, nullptr,
+                           "Width of one head; null: hidden_size / num_attention_heads."), 1));
+  s.push_back(positive(key("model.rope_theta", K::Number, 10000.0, "Base of the rotary embedding.")));
+  s.push_back(section("model.rope_scaling",
+                      "Rotary frequency scaling as in Hugging Face (Llama 3.1 uses rope_type llama3); null: none.",
+                      /*nullable=*/true));
+  s.push_back(one_of(key("model.rope_scaling.rope_type", K::String, "llama3", "Scaling method."), {"llama3", "linear"}));
+  s.push_back(positive(key("model.rope_scaling.factor", K::Number, 8.0, "Context extension factor.")));
+  s.push_back(positive(key("model.rope_scaling.low_freq_factor", K::Number, 1.0, "llama3: low-frequency factor.")));
+  s.push_back(positive(key("model.rope_scaling.high_freq_factor", K::Number, 4.0, "llama3: high-frequency factor.")));
+  s.push_back(at_least(key("model.rope_scaling.original_max_position_embeddings", K::Integer, 8192,
+                           "llama3: context length of the original model."), 1));
+  s.push_back(positive(key("model.rms_norm_eps", K::Number, 1e-6, "Epsilon of RMSNorm.")));
+  s.push_back(key("model.tie_word_embeddings", K::Boolean, false, "Share the token embedding with the LM head."));
+  s.push_back(at_least(key("model.max_position_embeddings", K::Integer, 4096,
+                           "Longest sequence the model is meant for; training.seq_len may not exceed it."), 1));
+  s.push_back(positive(key("model.initializer_range", K::Number, 0.02,
+                           "Standard deviation of the normal initialisation of weights.")));
+  s.push_back(section("model.moe", "Mixture of experts in the feed-forward layers; null: a dense model.",
+                      /*nullable=*/true));
+  s.push_back(at_least(required("model.moe.num_local_experts", K::Integer, "Routed experts per MoE layer."), 1));
+  s.push_back(at_least(key("model.moe.num_experts_per_tok", K::Integer, 2, "Experts each token is routed to (top-k)."), 1));
+  s.push_back(at_least(key("model.moe.moe_intermediate_size", K::Integer, nullptr,
+                           "Width of one expert's SwiGLU MLP; null: model.intermediate_size."), 1));
+  s.push_back(at_least(key("model.moe.num_shared_experts", K::Integer, 0,
+                           "Experts every token passes through besides the routed ones."), 0));
+  s.push_back(at_least(key("model.moe.router_aux_loss_coef", K::Number, 0.01,
+                           "Weight of the load-balancing loss N_E * sum_i f_i * p_i."), 0));
+  s.push_back(one_of(key("model.moe.aux_loss_scope", K::String, "micro_batch",
+                         "Where expert frequencies f_i are counted: per micro-batch, or over the whole global "
+                         "batch (all-reduced across data-parallel ranks)."),
+                     {"micro_batch", "global_batch"}));
+  s.push_back(positive(key("model.moe.capacity_factor", K::Number, nullptr,
+                           "Tokens per expert capped at capacity_factor * tokens * k / experts (extra tokens "
+                           "dropped); null: dropless.")));
+  s.push_back(at_least(key("model.moe.layers", K::IntegerList, nullptr,
+                           "Indices of the layers whose feed-forward is MoE; the others are dense. null: all."), 0));
+
+  // --- parallel ----------------------------------------------------------------------------
+  s.push_back(section("parallel", "How the job is split across ranks (Megatron rank order tp-cp-ep-dp-pp)."));
+  s.push_back(at_least(key("parallel.tp", K::Integer, 1, "Tensor-parallel size."), 1));
+  s.push_back(at_least(key("parallel.pp", K::Integer, 1, "Pipeline-parallel size (stages)."), 1));
+  s.push_back(at_least(key("parallel.vpp", K::Integer, 1,
+                           "Model chunks per pipeline stage (virtual stages); > 1 needs interleaved_1f1b."), 1));
+  s.push_back(at_least(key("parallel.cp", K::Integer, 1, "Context-parallel size (the sequence is split)."), 1));
+  s.push_back(at_least(key("parallel.ep", K::Integer, 1, "Expert-parallel size (MoE layers)."), 1));
+  s.push_back(at_least(key("parallel.etp", K::Integer, nullptr, "Tensor-parallel size inside experts; null: tp."), 1));
+  s.push_back(at_least(key("parallel.dp", K::Integer, -1,
+                           "Data-parallel size; -1: world size / (tp * cp * pp)."), -1));
+  s.push_back(key("parallel.sequence_parallel", K::Boolean, false,
+                  "Shard norm and dropout activations along the sequence across tp ranks."));
+  s.push_back(between(key("parallel.zero", K::Integer, 0,
+                          "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters, "
+                          "over the data- and context-parallel ranks."), 0, 3));
+  s.push_back(one_of(key("parallel.pipeline_schedule", K::String, "1f1b", "Pipeline schedule."),
+                     {"gpipe", "1f1b", "interleaved_1f1b"}));
+  s.push_back(one_of(key("parallel.cp_method", K::String, "ring",
+                         "Context parallelism: ring attention (K/V passed around) or Ulysses (all-to-all of heads)."),
+                     {"ring", "ulysses"}));
+
+  // --- training ----------------------------------------------------------------------------
+  s.push_back(section("training", "The optimisation run."));
+  s.push_back(at_least(key("training.seq_len", K::Integer, 2048, "Tokens per sequence."), 1));
+  s.push_back(at_least(key("training.micro_batch_size", K::Integer, 1, "Sequences per micro-batch per rank."), 1));
+  s.push_back(at_least(key("training.global_batch_size", K::Integer, nullptr,
+                           "Sequences per optimizer step over all ranks; null: micro_batch_size * dp "
+                           "(no gradient accumulation)."), 1));
+  s.push_back(at_least(key("training.steps", K::Integer, 1000, "Optimizer steps to train for."), 1));
+  s.push_back(at_least(key("training.seed", K::Integer, 1234, "Seed of initialisation and data order."), 0));
+  s.push_back(one_of(key("training.dtype", K::String, "bf16",
+                         "Compute precision; bf16 keeps fp32 master weights and optimizer states."),
+                     {"bf16", "fp32"}));
+  s.push_back(one_of(key("training.recompute", K::String, "none",
+                         "Activation recomputation: none, selective (attention core) or full (whole layers)."),
+                     {"none", "selective", "full"}));
+  s.push_back(at_least(key("training.grad_clip", K::Number, 1.0, "Clip the global gradient norm to this; 0: off."), 0));
+
+  // --- optimizer ---------------------------------------------------------------------------
+  s.push_back(section("optimizer", "AdamW and its learning-rate schedule."));
+  s.push_back(one_of(key("optimizer.name", K::String, "adamw", "Optimizer."), {"adamw"}));
+  s.push_back(positive(key("optimizer.lr", K::Number, 3e-4, "Peak learning rate.")));
+  s.push_back(at_least(key("optimizer.min_lr", K::Number, 0.0, "Learning rate at the end of the decay."), 0));
+  s.push_back(at_least(key("optimizer.warmup_steps", K::Integer, 0, "Steps of linear warm-up from 0 to lr."), 0));
+  s.push_back(one_of(key("optimizer.decay", K::String, "cosine", "Decay from lr to min_lr after warm-up."),
+                     {"cosine", "linear", "constant"}));
+  {
+    KeySpec betas = between(key("optimizer.betas", K::NumberList, json::array({0.9, 0.95}), "Adam's beta1 and beta2."), 0, 1);
+    betas.nullable = false;
+    betas.list_length = 2;
+    s.push_back(betas);
+  }
+  s.push_back(positive(key("optimizer.eps", K::Number, 1e-8, "Adam's epsilon.")));
+  s.push_back(at_least(key("optimizer.weight_decay", K::Number, 0.1,
+                           "Decoupled weight decay (not applied to norms and biases)."), 0));
+
+  // --- data --------------------------------------------------------------------------------
+  s.push_back(section("data", "Where training tokens come from."));
+  s.push_back(one_of(key("data.source", K::String, "synthetic",
+                         "synthetic: a seeded generator with a known loss floor; tokens: token files."),
+                     {"synthetic", "tokens"}));
+  {
+    KeySpec paths = key("data.paths", K::StringList, json::array(),
+                        "Token dataset prefixes (source tokens); relative to the working directory.");
+    paths.nullable = false;
+    s.push_back(paths);
+  }
+  s.push_back(positive(key("data.weights", K::NumberList, nullptr,
+                           "Mixing weights, one per path; null: in proportion to each dataset's size.")));
+
+  // --- checkpoint --------------------------------------------------------------------------
+  s.push_back(section("checkpoint", "Saving and resuming."));
+  s.push_back(key("checkpoint.dir", K::String, nullptr, "Directory of checkpoints; null: no checkpoints."));
+  s.push_back(at_least(key("checkpoint.interval", K::Integer, 0,
+                           "Save every this many steps (and at the end); 0: only at the end."), 0));
+  s.push_back(key("checkpoint.async", K::Boolean, true,
+                  "Write in the background; training waits only for the copy to host memory."));
+  s.push_back(at_least(key("checkpoint.keep", K::Integer, 2,
+                           "Keep the newest K committed checkpoints (K >= 2); 0: keep all."), 0));
+  s.push_back(key("checkpoint.resume", K::String, "auto",
+                  "auto: the latest committed checkpoint in dir, if any; none: start fresh; or a path."));
+
+  // --- logging -----------------------------------------------------------------------------
+  s.push_back(section("logging", "Console and metrics output (rank 0)."));
+  s.push_back(at_least(key("logging.interval", K::Integer, 1, "Print and record metrics every this many steps."), 1));
+  s.push_back(key("logging.metrics_file", K::String, nullptr, "JSONL file of per-step metrics; null: none."));
+
+  // --- hardware ----------------------------------------------------------------------------
+  s.push_back(section("hardware", "The cluster, for trainer estimate and trainer plan."));
+  s.push_back(one_of(key("hardware.gpu", K::String, "h100-sxm", "GPU model."),
+                     {"h100-sxm", "h100-pcie", "h200", "a100-80g", "b200"}));
+  s.push_back(at_least(key("hardware.gpus_per_node", K::Integer, 8, "GPUs per node (NVLink domain)."), 1));
+  return s;
+}
+
+std::string format_number(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  return fmt::format("{}", v);
+}
+
+std::string bounds_text(const KeySpec& spec) {
+  std::string text;
+  if (spec.min) text += fmt::format(" {} {}", spec.min_exclusive ? ">" : ">=", format_number(*spec.min));
+  if (spec.max) text += fmt::format("{} <= {}", spec.min ? " and" : "", format_number(*spec.max));
+  return text;
+}
+
+std::string element_problem(const KeySpec& spec, const json& value, bool integer, const std::string& what) {
+  if (!value.is_number()) return fmt::format("found {} ({}), expected {}", describe_json(value), json_type_name(value), what);
+  if (integer && !value.is_number_integer() && value.get<double>() != std::floor(value.get<double>()))
+    return fmt::format("found {}, expected {}", describe_json(value), what);
+  const double v = value.get<double>();
+  if (!std::isfinite(v)) return fmt::format("found {}, expected a finite number", describe_json(value));
+  if (spec.min && (v < *spec.min || (spec.min_exclusive && v == *spec.min)))
+    return fmt::format("found {}, expected {}", describe_json(value), what);
+  if (spec.max && v > *spec.max) return fmt::format("found {}, expected {}", describe_json(value), what);
+  if (integer && std::fabs(v) > 9.0e15) return fmt::format("found {}, which is too large", describe_json(value));
+  return "";
+}
+
+std::string choice_problem(const KeySpec& spec, const json& value, const std::string& what) {
+  if (!value.is_string()) return fmt::format("found {} ({}), expected {}", describe_json(value), json_type_name(value), what);
+  if (spec.choices.empty()) return "";
+  for (const auto& c : spec.choices)
+    if (c == value.get<std::string>()) return "";
+  return fmt::format("found {}, expected {}", describe_json(value), what);
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> table = build_schema();
+  return table;
+}
+
+const KeySpec* find_key(const std::string& path) {
+  for (const auto& spec : schema())
+    if (spec.path == path) return &spec;
+  return nullptr;
+}
+
+std::vector<std::string> member_paths(const std::string& section) {
+  std::vector<std::string> members;
+  const std::string prefix = section.empty() ? "" : section + ".";
+  for (const auto& spec : schema()) {
+    if (spec.path.rfind(prefix, 0) != 0) continue;
+    if (spec.path.find('.', prefix.size()) != std::string::npos) continue;
+    members.push_back(spec.path);
+  }
+  return members;
+}
+
+std::string describe_expected(const KeySpec& spec) {
+  std::string text;
+  auto choices = [&] {
+    std::string list;
+    for (size_t i = 0; i < spec.choices.size(); ++i) list += (i ? ", " : "") + spec.choices[i];
+    return list;
+  };
+  switch (spec.kind) {
+    case K::Integer: text = "an integer" + bounds_text(spec); break;
+    case K::Number: text = "a number" + bounds_text(spec); break;
+    case K::Boolean: text = "true or false"; break;
+    case K::String: text = spec.choices.empty() ? "a string" : "one of " + choices(); break;
+    case K::IntegerList: text = "a list of integers" + bounds_text(spec); break;
+    case K::NumberList: text = "a list of numbers" + bounds_text(spec); break;
+    case K::StringList: text = spec.choices.empty() ? "a list of strings" : "a list of: " + choices(); break;
+    case K::Section: text = "an object"; break;
+  }
+  if (spec.list_length) text = fmt::format("{} ({} elements)", text, *spec.list_length);
+  if (spec.nullable) text += ", or null";
+  return text;
+}
+
+std::string check_value(const KeySpec& spec, const json& value) {
+  const std::string what = describe_expected(spec);
+  if (value.is_null()) return spec.nullable ? "" : fmt::format("found null, expected {}", what);
+  auto type_problem = [&] {
+    return fmt::format("found {} ({}), expected {}", describe_json(value), json_type_name(value), what);
+  };
+  switch (spec.kind) {
+    case K::Integer: return element_problem(spec, value, true, what);
+    case K::Number: return element_problem(spec, value, false, what);
+    case K::Boolean: return value.is_boolean() ? "" : type_problem();
+    case K::String: return choice_problem(spec, value, what);
+    case K::Section: return value.is_object() ? "" : type_problem();
+    case K::IntegerList:
+    case K::NumberList:
+    case K::StringList: {
+      if (!value.is_array()) return type_problem();
+      if (spec.list_length && value.size() != *spec.list_length)
+        return fmt::format("found {} elements, expected {}", value.size(), what);
+      for (size_t i = 0; i < value.size(); ++i) {
+        std::string problem = spec.kind == K::StringList
+                                  ? choice_problem(spec, value[i], what)
+                                  : element_problem(spec, value[i], spec.kind == K::IntegerList, what);
+        if (!problem.empty()) return fmt::format("element [{}]: {}", i, problem);
+      }
+      return "";
+    }
+  }
+  return type_problem();
+}
+
+}  // namespace trainer::recipe

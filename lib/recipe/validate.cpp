@@ -1,0 +1,236 @@
+#include "recipe/validate.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+#include <set>
+
+namespace trainer::recipe {
+
+namespace {
+
+// Divisors of n up to `limit`, as "{1, 2, 4, 8}" for messages.
+std::string divisors_text(int64_t n, int64_t limit = 64) {
+  std::string text;
+  for (int64_t d = 1; d <= std::min(n, limit); ++d)
+    if (n % d == 0) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return "{" + text + "}";
+}
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t round_down(int64_t value, int64_t multiple) { return value / multiple * multiple; }
+
+// "use 96 or 112" for the nearest multiples of `multiple` around `value`.
+std::string nearest_multiples(int64_t value, int64_t multiple) {
+  const int64_t below = round_down(value, multiple), above = round_up(value, multiple);
+  if (below <= 0 || below == above) return std::to_string(above);
+  return fmt::format("{} or {}", below, above);
+}
+
+class Checker {
+ public:
+  explicit Checker(const Recipe& r) : r_(r) {}
+
+  void model_rules() {
+    const auto& m = r_.model;
+    const auto& p = r_.parallel;
+    if (m.num_attention_heads % m.num_key_value_heads != 0)
+      add("model.num_attention_heads={} is not a multiple of model.num_key_value_heads={} (each key/value head "
+          "serves a whole group of query heads); use num_key_value_heads in {}",
+          m.num_attention_heads, m.num_key_value_heads, divisors_text(m.num_attention_heads));
+    if (m.num_attention_heads % p.tp != 0)
+      add("model.num_attention_heads={} is not divisible by parallel.tp={} (tensor parallelism splits heads); "
+          "use tp in {}",
+          m.num_attention_heads, p.tp, divisors_text(m.num_attention_heads));
+    if (m.num_key_value_heads % p.tp != 0)
+      add("model.num_key_value_heads={} is not divisible by parallel.tp={} (each tp rank needs whole key/value "
+          "heads); use tp in {}",
+          m.num_key_value_heads, p.tp, divisors_text(m.num_key_value_heads));
+    if (m.intermediate_size % p.tp != 0)
+      add("model.intermediate_size={} is not divisible by parallel.tp={} (the MLP is split by columns); use tp "
+          "in {}",
+          m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
+    if (p.tp > 1 && m.vocab_size % p.tp != 0)
+      add("model.vocab_size={} is not divisible by parallel.tp={} (the embedding and LM head are split by "
+          "vocabulary); pad the vocabulary to model.vocab_size={}",
+          m.vocab_size, p.tp, round_up(m.vocab_size, p.tp));
+    const int64_t chunks = p.pp * p.vpp;
+    if (m.num_hidden_layers % chunks != 0)
+      add("model.num_hidden_layers={} is not divisible by parallel.pp * parallel.vpp = {} * {} = {} (every model "
+          "chunk holds the same number of layers); use pp * vpp in {}",
+          m.num_hidden_layers, p.pp, p.vpp, chunks, divisors_text(m.num_hidden_layers));
+    if (r_.training.seq_len > m.max_position_embeddings)
+      add("training.seq_len={} exceeds model.max_position_embeddings={}; use seq_len <= {} or raise "
+          "max_position_embeddings",
+          r_.training.seq_len, m.max_position_embeddings, m.max_position_embeddings);
+    if (m.rope_scaling && m.rope_scaling->rope_type == "llama3" &&
+        m.rope_scaling->low_freq_factor >= m.rope_scaling->high_freq_factor)
+      add("model.rope_scaling.low_freq_factor={} must be below model.rope_scaling.high_freq_factor={}",
+          m.rope_scaling->low_freq_factor, m.rope_scaling->high_freq_factor);
+  }
+
+  void moe_rules() {
+    const auto& m = r_.model;
+    const auto& p = r_.parallel;
+    if (!m.moe) {
+      if (p.ep > 1)
+        add("parallel.ep={} needs a mixture-of-experts model, but model.moe is null; set parallel.ep=1 or add "
+            "model.moe",
+            p.ep);
+      return;
+    }
+    const auto& e = *m.moe;
+    if (e.num_local_experts % p.ep != 0)
+      add("model.moe.num_local_experts={} is not divisible by parallel.ep={} (each ep rank holds whole "
+          "experts); use ep in {}",
+          e.num_local_experts, p.ep, divisors_text(e.num_local_experts, 256));
+    if (e.num_experts_per_tok > e.num_local_experts)
+      add("model.moe.num_experts_per_tok={} exceeds model.moe.num_local_experts={}; use num_experts_per_tok <= {}",
+          e.num_experts_per_tok, e.num_local_experts, e.num_local_experts);
+    if (e.moe_intermediate_size % p.etp != 0)
+      add("model.moe.moe_intermediate_size={} is not divisible by parallel.etp={} (expert MLPs are split by "
+          "columns); use etp in {}",
+          e.moe_intermediate_size, p.etp, divisors_text(e.moe_intermediate_size, 16));
+    if (e.layers.empty())
+      add("model.moe.layers is empty; list the MoE layers, use null for all layers, or set model.moe to null");
+    std::set<int64_t> seen;
+    for (auto layer : e.layers) {
+      if (layer >= m.num_hidden_layers)
+        add("model.moe.layers contains {}, but the model has layers 0..{} (model.num_hidden_layers={})", layer,
+            m.num_hidden_layers - 1, m.num_hidden_layers);
+      if (!seen.insert(layer).second) add("model.moe.layers lists layer {} twice", layer);
+    }
+  }
+
+  void parallel_rules() {
+    const auto& p = r_.parallel;
+    const auto& m = r_.model;
+    const auto& t = r_.training;
+    if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b")
+      add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"{}\"; set vpp=1 or use "
+          "the interleaved schedule",
+          p.vpp, p.pipeline_schedule);
+    if (p.pipeline_schedule == "interleaved_1f1b" && (p.vpp < 2 || p.pp < 2))
+      add("parallel.pipeline_schedule=\"interleaved_1f1b\" needs parallel.pp >= 2 and parallel.vpp >= 2, found "
+          "pp={} vpp={}; use pipeline_schedule \"1f1b\" or raise them",
+          p.pp, p.vpp);
+    if (p.cp > 1) {
+      if (t.seq_len % (2 * p.cp) != 0)
+        add("training.seq_len={} is not divisible by 2 * parallel.cp = {} (the sequence is split into 2*cp chunks "
+            "to balance causal attention); use seq_len {}",
+            t.seq_len, 2 * p.cp, nearest_multiples(t.seq_len, 2 * p.cp));
+      if (p.cp_method == "ulysses") {
+        const int64_t heads = m.num_attention_heads / std::max<int64_t>(1, p.tp);
+        const int64_t kv_heads = m.num_key_value_heads / std::max<int64_t>(1, p.tp);
+        if (heads % p.cp != 0 || kv_heads % p.cp != 0)
+          add("parallel.cp_method=\"ulysses\" splits heads across cp ranks, but the {} query and {} key/value heads "
+              "per tp rank are not divisible by parallel.cp={}; use cp in {} or cp_method \"ring\"",
+              heads, kv_heads, p.cp, divisors_text(std::gcd(heads, kv_heads)));
+      }
+    }
+    if (p.sequence_parallel && p.tp > 1 && (t.seq_len / p.cp) % p.tp != 0)
+      add("parallel.sequence_parallel splits each rank's {} tokens (training.seq_len={} / parallel.cp={}) across "
+          "parallel.tp={}, which does not divide them; use seq_len {}",
+          t.seq_len / p.cp, t.seq_len, p.cp, p.tp, nearest_multiples(t.seq_len, p.cp * p.tp * (p.cp > 1 ? 2 : 1)));
+    if (t.global_batch_size && *t.global_batch_size % t.micro_batch_size != 0)
+      add("training.global_batch_size={} is not a multiple of training.micro_batch_size={}; use global_batch_size {}",
+          *t.global_batch_size, t.micro_batch_size, nearest_multiples(*t.global_batch_size, t.micro_batch_size));
+  }
+
+  void world_rules(int64_t world) {
+    const auto& p = r_.parallel;
+    const auto& t = r_.training;
+    const int64_t dense = p.tp * p.cp * p.pp;
+    if (world % dense != 0) {
+      add("world size {} is not divisible by parallel.tp * cp * pp = {} * {} * {} = {}; use a world size that is a "
+          "multiple of {}, or tp, cp and pp whose product divides {}",
+          world, p.tp, p.cp, p.pp, dense, dense, world);
+      return;
+    }
+    const int64_t dp = world / dense;
+    if (p.dp > 0 && p.dp != dp)
+      add("parallel.dp={} does not match world size {} / (tp * cp * pp = {}) = {}; set parallel.dp={} or -1", p.dp,
+          world, dense, dp, dp);
+    if (r_.model.moe) {
+      const int64_t expert = p.etp * p.ep * p.pp;
+      if (world % expert != 0)
+        add("world size {} is not divisible by parallel.etp * ep * pp = {} * {} * {} = {} (expert layers fold "
+            "the same ranks into etp x ep x edp x pp); use ep in {}",
+            world, p.etp, p.ep, p.pp, expert, divisors_text(std::gcd(world / (p.etp * p.pp), r_.model.moe->num_local_experts)));
+    }
+    const int64_t per_step = t.micro_batch_size * dp;
+    const int64_t global = t.global_batch_size.value_or(per_step);
+    if (global % per_step != 0) {
+      add("training.global_batch_size={} is not a multiple of training.micro_batch_size * dp = {} * {} = {}; use "
+          "global_batch_size {}",
+          global, t.micro_batch_size, dp, per_step, nearest_multiples(global, per_step));
+      return;
+    }
+    const int64_t microbatches = global / per_step;
+    if (p.pp > 1 && microbatches < p.pp)
+      add("parallel.pp={} needs at least {} micro-batches per step to fill the pipeline, but training.global_batch_"
+          "size={} / (micro_batch_size {} * dp {}) = {}; use global_batch_size >= {}",
+          p.pp, p.pp, global, t.micro_batch_size, dp, microbatches, per_step * p.pp);
+    else if (p.pipeline_schedule == "interleaved_1f1b" && p.pp > 1 && microbatches % p.pp != 0)
+      add("parallel.pipeline_schedule=\"interleaved_1f1b\" needs the micro-batches per step ({} = global_batch_"
+          "size {} / (micro_batch_size {} * dp {})) to be a multiple of parallel.pp={}; use global_batch_size {}",
+          microbatches, global, t.micro_batch_size, dp, p.pp, nearest_multiples(global, per_step * p.pp));
+  }
+
+  void training_rules() {
+    const auto& o = r_.optimizer;
+    const auto& t = r_.training;
+    if (o.min_lr > o.lr)
+      add("optimizer.min_lr={} exceeds optimizer.lr={}; use min_lr <= lr (for example {})", o.min_lr, o.lr, o.lr / 10);
+    if (o.warmup_steps > t.steps)
+      add("optimizer.warmup_steps={} exceeds training.steps={}; use warmup_steps <= {}", o.warmup_steps, t.steps,
+          t.steps);
+  }
+
+  void data_rules() {
+    const auto& d = r_.data;
+    if (d.source == "tokens" && d.paths.empty())
+      add("data.source=\"tokens\" needs data.paths (token dataset prefixes written by scripts/prepare_data)");
+    if (d.source == "synthetic" && !d.paths.empty())
+      add("data.paths is set but data.source is \"synthetic\"; set data.source=\"tokens\" to train on those files");
+    if (!d.weights.empty() && d.weights.size() != d.paths.size())
+      add("data.weights has {} entries but data.paths has {}; give one weight per path", d.weights.size(),
+          d.paths.size());
+  }
+
+  void checkpoint_rules() {
+    const auto& c = r_.checkpoint;
+    if (c.interval > 0 && !c.dir)
+      add("checkpoint.interval={} needs checkpoint.dir; set a directory or interval 0", c.interval);
+    if (c.keep == 1)
+      add("checkpoint.keep=1 would delete the last committed checkpoint while the next is being written; use "
+          "keep >= 2, or 0 to keep all");
+    if (c.resume.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");
+  }
+
+  std::vector<std::string> problems;
+
+ private:
+  template <typename... Args>
+  void add(fmt::format_string<Args...> format, Args&&... args) {
+    problems.push_back(fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  const Recipe& r_;
+};
+
+}  // namespace
+
+std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int64_t> world_size) {
+  Checker checker(recipe);
+  checker.model_rules();
+  checker.moe_rules();
+  checker.parallel_rules();
+  checker.training_rules();
+  checker.data_rules();
+  checker.checkpoint_rules();
+  if (world_size) checker.world_rules(*world_size);
+  return checker.problems;
+}
+
+}  // namespace trainer::recipe

@@ -1,0 +1,27 @@
+# The one place where every external dependency is pinned. Sourced by scripts/setup and
+# scripts/build; nothing else names a version.
+
+# libtorch comes from the PyPI wheel (CUDA 13.0 build, the same as the GPU machines' torch).
+TORCH_VERSION="2.11.0"
+# Installed with --no-deps beside torch: its CUDA libraries load these from site-packages;
+# everything else CUDA comes from the toolkit in $CUDA_HOME.
+PIP_PACKAGES=(
+  "torch==${TORCH_VERSION}"
+  "nvidia-cusparselt-cu13==0.10.0"
+  "nvidia-nvshmem-cu13==3.8.0"
+  "nvidia-cufile==1.20.0.107"
+)
+# TorchConfig.cmake works with Debian's CMake 3.25, but we pin a newer CMake for CUDA 13 support.
+CMAKE_PIP_PACKAGE="cmake==4.4.4"
+CMAKE_MIN_VERSION="3.27"
+
+# Debian 12 packages: compilers' companions and header-only libraries.
+#   libgloo-dev: headers of the Gloo library whose code is compiled into libtorch_cpu (the wheel
+#   ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes).
+APT_PACKAGES=(
+  build-essential ninja-build ccache git python3-venv
+  libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev
+  openmpi-bin libopenmpi-dev
+)
+
+CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
