@@ -10,7 +10,7 @@ namespace trainer::app {
 void add_set_option(CLI::App& command, std::vector<std::string>& overrides) {
   command.add_option("--set", overrides, "Override a recipe value, KEY=VALUE (repeatable), e.g. --set training.steps=20")
       ->type_name("KEY=VALUE")
-      ->expected(1)
+      ->allow_extra_args(false)  // one KEY=VALUE per --set; the recipe path may follow
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 

@@ -81,8 +81,9 @@ LoadedRecipe load_recipe_text(const std::string& text, const std::string& source
   check_document(user, problems);
   if (!user.is_object()) throw RecipeError(source, problems);
   apply_overrides(user, options.overrides, problems);
-  if (options.world_size && *options.world_size < 1)
-    problems.push_back(fmt::format("world size {} is not valid; expected an integer >= 1", *options.world_size));
+  if (options.world_size && (*options.world_size < 1 || *options.world_size > kMaxWorldSize))
+    problems.push_back(fmt::format("world size {} is not valid; expected an integer from 1 to {}", *options.world_size,
+                                   kMaxWorldSize));
   if (!problems.empty()) throw RecipeError(source, problems);
 
   // Defaults, then the Hugging Face config, then the recipe with its overrides.

@@ -59,10 +59,6 @@ KeySpec one_of(KeySpec s, std::vector<std::string> choices) {
   s.choices = std::move(choices);
   return s;
 }
-KeySpec nullable(KeySpec s) {
-  s.nullable = true;
-  return s;
-}
 
 std::vector<KeySpec> build_schema() {
   std::vector<KeySpec> s;
@@ -209,6 +205,19 @@ std::vector<KeySpec> build_schema() {
   s.push_back(one_of(key("hardware.gpu", K::String, "h100-sxm", "GPU model."),
                      {"h100-sxm", "h100-pcie", "h200", "a100-80g", "b200"}));
   s.push_back(at_least(key("hardware.gpus_per_node", K::Integer, 8, "GPUs per node (NVLink domain)."), 1));
+
+  // Upper bounds keep every product of sizes (tp*cp*dp*pp, micro_batch*dp, ...) far from int64
+  // overflow: parallel sizes up to 4096 (dp up to 2^20), other integers up to 2^40.
+  for (auto& spec : s) {
+    if (spec.kind != K::Integer && spec.kind != K::IntegerList) continue;
+    if (spec.max) continue;
+    if (spec.path == "parallel.dp")
+      spec.max = double(kMaxDataParallel);
+    else if (spec.path.rfind("parallel.", 0) == 0 || spec.path == "hardware.gpus_per_node")
+      spec.max = double(kMaxParallelSize);
+    else
+      spec.max = double(kMaxInteger);
+  }
   return s;
 }
 

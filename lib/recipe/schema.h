@@ -2,12 +2,19 @@
 // The recipe schema: every key a recipe may contain, its type, default, allowed range and a
 // one-line description. It drives defaults, unknown-key and type errors, --set overrides and
 // the reference in docs/recipe.md (a test checks that the document covers every key).
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace trainer::recipe {
+
+// Bounds that keep size arithmetic exact in int64 (documented in docs/recipe.md).
+constexpr int64_t kMaxParallelSize = 4096;       // tp, pp, vpp, cp, ep, etp
+constexpr int64_t kMaxDataParallel = 1 << 20;    // dp
+constexpr int64_t kMaxWorldSize = 1 << 24;       // --world-size
+constexpr int64_t kMaxInteger = int64_t(1) << 40;  // every other integer key
 
 enum class ValueKind { Integer, Number, Boolean, String, IntegerList, NumberList, StringList, Section };
 

@@ -106,6 +106,8 @@ class Checker {
     const auto& p = r_.parallel;
     const auto& m = r_.model;
     const auto& t = r_.training;
+    if (p.dp == 0)
+      add("parallel.dp=0 is not a data-parallel size; use -1 to derive it from the world size, or a size >= 1");
     if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b")
       add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"{}\"; set vpp=1 or use "
           "the interleaved schedule",

@@ -1,0 +1,114 @@
+// The trainer binary end to end: exit codes, help, version and validate output.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "process.h"
+
+using namespace trainer::test;
+
+namespace {
+ProcessResult run_trainer(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {trainer_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, 60);
+}
+const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
+}  // namespace
+
+TEST_CASE("trainer --help and every subcommand's --help exit 0", "[cli]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"},
+                                                                {"run", "--help"},
+                                                                {"validate", "--help"},
+                                                                {"estimate", "--help"},
+                                                                {"plan", "--help"},
+                                                                {"ckpt", "--help"},
+                                                                {"ckpt", "inspect", "--help"},
+                                                                {"ckpt", "export", "--help"}}) {
+    const auto r = run_trainer(args);
+    INFO(args[0] << " " << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("Usage") != std::string::npos);
+  }
+}
+
+TEST_CASE("trainer --version prints version, commit, libtorch, CUDA and NCCL", "[cli]") {
+  const auto r = run_trainer({"--version"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("trainer 0.1.0 (commit ") == 0);
+  CHECK(r.out.find("libtorch 2.11.0") != std::string::npos);
+  CHECK(r.out.find("CUDA: ") != std::string::npos);
+  CHECK(r.out.find("NCCL: ") != std::string::npos);
+}
+
+TEST_CASE("usage errors exit 2", "[cli]") {
+  CHECK(run_trainer({}).exit_code == 2);
+  CHECK(run_trainer({"frobnicate"}).exit_code == 2);
+  CHECK(run_trainer({"validate"}).exit_code == 2);
+  CHECK(run_trainer({"validate", kTiny, "--world-size", "0"}).exit_code == 2);
+  CHECK(run_trainer({"validate", kTiny, "--bogus"}).exit_code == 2);
+  CHECK(run_trainer({"plan", kTiny}).exit_code == 2);  // --gpus is required
+}
+
+TEST_CASE("subcommands of later work say so and exit 2 without output on stdout", "[cli]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"run", kTiny},
+                                                                {"run", kTiny, "--dry-run"},
+                                                                {"estimate", kTiny},
+                                                                {"plan", kTiny, "--gpus", "8"},
+                                                                {"ckpt", "inspect", "/tmp"},
+                                                                {"ckpt", "export", "/tmp", "--hf", "/tmp/x"}}) {
+    const auto r = run_trainer(args);
+    INFO(args[0] << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("not available yet") != std::string::npos);
+  }
+}
+
+TEST_CASE("validate prints the resolved recipe as JSON", "[cli]") {
+  const auto r = run_trainer({"validate", kTiny, "--set", "training.steps=17", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["recipe"]["training"]["steps"] == 17);
+  CHECK(doc["recipe"]["model"]["head_dim"] == 32);
+  CHECK(doc["mesh"].is_null());
+}
+
+TEST_CASE("validate --world-size prints the mesh", "[cli]") {
+  const auto r = run_trainer({"validate", kTiny, "--world-size", "2", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["mesh"]["dp"] == 2);
+  CHECK(doc["mesh"]["world_size"] == 2);
+  const auto text = run_trainer({"validate", kTiny, "--world-size", "2"});
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("mesh for world size 2") != std::string::npos);
+  CHECK(text.out.find("tp=1 cp=1 dp=2 pp=1") != std::string::npos);
+}
+
+TEST_CASE("validate with --set KEY=VALUE takes one value per flag before the recipe", "[cli]") {
+  const auto r = run_trainer({"validate", "--set", "training.steps=19", kTiny, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["recipe"]["training"]["steps"] == 19);
+}
+
+TEST_CASE("bad recipes exit 2 with the file, path and problem", "[cli]") {
+  TempDir dir;
+  const auto malformed = dir.write("bad.json", "{\n  \"model\": {\n    \"vocab_size\": 12,\n  }\n}\n");
+  auto r = run_trainer({"validate", malformed});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(malformed + ":4:3: malformed JSON") != std::string::npos);
+  r = run_trainer({"validate", kTiny, "--set", "parallel.tpp=2"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("did you mean parallel.tp?") != std::string::npos);
+  r = run_trainer({"validate", kTiny, "--world-size", "3"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("training.global_batch_size=16 is not a multiple of training.micro_batch_size * dp") !=
+        std::string::npos);
+  r = run_trainer({"validate", dir.path() + "/missing.json"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("missing.json: cannot open recipe file") != std::string::npos);
+  r = run_trainer({"validate", dir.path()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("is a directory") != std::string::npos);
+}

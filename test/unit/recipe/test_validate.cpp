@@ -1,0 +1,216 @@
+// Every cross-field rule: the message names the fields and their values and offers a valid
+// alternative; where the alternative is a concrete value, applying it makes the recipe valid.
+#include <catch2/catch.hpp>
+
+#include "recipe_fixture.h"
+
+using namespace trainer::test;
+
+namespace {
+// Exactly one problem, containing every fragment.
+void expect_problem(const std::vector<std::string>& sets, std::optional<int64_t> world,
+                    const std::vector<std::string>& fragments) {
+  const auto problems = problems_of(sets, world);
+  INFO("problems: " << problems.size() << (problems.empty() ? "" : " first: " + problems[0]));
+  REQUIRE(problems.size() == 1);
+  for (const auto& f : fragments) {
+    INFO("fragment: " << f);
+    CHECK(problems[0].find(f) != std::string::npos);
+  }
+}
+
+std::vector<std::string> with(std::vector<std::string> sets, const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+const std::vector<std::string> kMoe = {"model.moe.num_local_experts=8"};
+}  // namespace
+
+TEST_CASE("the base recipe is valid at several world sizes", "[recipe][rules]") {
+  for (int64_t world : {1, 2, 4, 8, 16}) CHECK(problems_of({}, world).empty());
+}
+
+TEST_CASE("rule: query heads are a multiple of key/value heads", "[recipe][rules]") {
+  expect_problem({"model.num_key_value_heads=3"}, std::nullopt,
+                 {"model.num_attention_heads=8 is not a multiple of model.num_key_value_heads=3",
+                  "use num_key_value_heads in {1, 2, 4, 8}"});
+}
+
+TEST_CASE("rule: attention heads and key/value heads vs tp", "[recipe][rules]") {
+  const auto heads = problems_of({"model.num_key_value_heads=8", "parallel.tp=16"});
+  REQUIRE(heads.size() == 2);  // query heads and key/value heads
+  CHECK(heads[0] == "model.num_attention_heads=8 is not divisible by parallel.tp=16 (tensor parallelism splits "
+                    "heads); use tp in {1, 2, 4, 8}");
+  CHECK(heads[1].find("model.num_key_value_heads=8 is not divisible by parallel.tp=16") == 0);
+  const auto kv = problems_of({"parallel.tp=8"});
+  REQUIRE(kv.size() == 1);
+  CHECK(kv[0].find("model.num_key_value_heads=4 is not divisible by parallel.tp=8") != std::string::npos);
+  CHECK(kv[0].find("use tp in {1, 2, 4}") != std::string::npos);
+  CHECK(problems_of({"parallel.tp=4"}).empty());
+}
+
+TEST_CASE("rule: the MLP width vs tp", "[recipe][rules]") {
+  expect_problem({"model.intermediate_size=510", "parallel.tp=4"}, std::nullopt,
+                 {"model.intermediate_size=510 is not divisible by parallel.tp=4", "use tp in {1, 2, 3, 5, 6, 10, 15}"});
+}
+
+TEST_CASE("rule: vocabulary vs tp, with the padded size that works", "[recipe][rules]") {
+  expect_problem({"model.vocab_size=1001", "parallel.tp=4"}, std::nullopt,
+                 {"model.vocab_size=1001 is not divisible by parallel.tp=4", "model.vocab_size=1004"});
+  CHECK(problems_of({"model.vocab_size=1004", "parallel.tp=4"}).empty());
+  CHECK(problems_of({"model.vocab_size=1001"}).empty());  // tp 1: no vocabulary split
+}
+
+TEST_CASE("rule: layers vs pp * vpp", "[recipe][rules]") {
+  expect_problem({"parallel.pp=3"}, std::nullopt,
+                 {"model.num_hidden_layers=8 is not divisible by parallel.pp * parallel.vpp = 3 * 1 = 3",
+                  "use pp * vpp in {1, 2, 4, 8}"});
+  expect_problem({"parallel.pp=2", "parallel.vpp=8", "parallel.pipeline_schedule=interleaved_1f1b"}, std::nullopt,
+                 {"parallel.pp * parallel.vpp = 2 * 8 = 16"});
+}
+
+TEST_CASE("rule: head_dim must be given when heads do not divide hidden_size", "[recipe][rules]") {
+  expect_problem({"model.hidden_size=250", "model.head_dim=null"}, std::nullopt,
+                 {"model.hidden_size=250 is not divisible by model.num_attention_heads=8",
+                  "set model.head_dim explicitly"});
+  CHECK(problems_of({"model.hidden_size=250", "model.head_dim=32"}).empty());
+}
+
+TEST_CASE("rule: seq_len vs max_position_embeddings", "[recipe][rules]") {
+  expect_problem({"training.seq_len=8192"}, std::nullopt,
+                 {"training.seq_len=8192 exceeds model.max_position_embeddings=4096", "use seq_len <= 4096"});
+}
+
+TEST_CASE("rule: llama3 rope scaling frequency factors", "[recipe][rules]") {
+  expect_problem({"model.rope_scaling={\"low_freq_factor\": 4, \"high_freq_factor\": 1}"}, std::nullopt,
+                 {"model.rope_scaling.low_freq_factor=4 must be below model.rope_scaling.high_freq_factor=1"});
+}
+
+TEST_CASE("rule: experts vs ep, and ep needs a MoE model", "[recipe][rules]") {
+  expect_problem({"parallel.ep=2"}, std::nullopt, {"parallel.ep=2 needs a mixture-of-experts model", "set parallel.ep=1"});
+  expect_problem(with(kMoe, {"parallel.ep=3"}), std::nullopt,
+                 {"model.moe.num_local_experts=8 is not divisible by parallel.ep=3", "use ep in {1, 2, 4, 8}"});
+  CHECK(problems_of(with(kMoe, {"parallel.ep=4"})).empty());
+}
+
+TEST_CASE("rule: top-k vs the number of experts", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"model.moe.num_experts_per_tok=9"}), std::nullopt,
+                 {"model.moe.num_experts_per_tok=9 exceeds model.moe.num_local_experts=8", "use num_experts_per_tok <= 8"});
+}
+
+TEST_CASE("rule: expert MLP width vs etp", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"model.moe.moe_intermediate_size=100", "parallel.etp=8"}), std::nullopt,
+                 {"model.moe.moe_intermediate_size=100 is not divisible by parallel.etp=8", "use etp in {1, 2, 4, 5, 10}"});
+}
+
+TEST_CASE("rule: MoE layer indices", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"model.moe.layers=[]"}), std::nullopt, {"model.moe.layers is empty"});
+  expect_problem(with(kMoe, {"model.moe.layers=[1,8]"}), std::nullopt,
+                 {"model.moe.layers contains 8, but the model has layers 0..7"});
+  expect_problem(with(kMoe, {"model.moe.layers=[2,2]"}), std::nullopt, {"model.moe.layers lists layer 2 twice"});
+}
+
+TEST_CASE("rule: vpp needs the interleaved schedule and vice versa", "[recipe][rules]") {
+  expect_problem({"parallel.pp=2", "parallel.vpp=2"}, std::nullopt,
+                 {"parallel.vpp=2 needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"1f1b\""});
+  expect_problem({"parallel.pp=2", "parallel.pipeline_schedule=interleaved_1f1b"}, std::nullopt,
+                 {"needs parallel.pp >= 2 and parallel.vpp >= 2, found pp=2 vpp=1"});
+  CHECK(problems_of({"parallel.pp=2", "parallel.vpp=2", "parallel.pipeline_schedule=interleaved_1f1b"}, 2).empty());
+}
+
+TEST_CASE("rule: seq_len vs 2 * cp", "[recipe][rules]") {
+  expect_problem({"parallel.cp=3"}, std::nullopt,
+                 {"training.seq_len=256 is not divisible by 2 * parallel.cp = 6", "use seq_len 252 or 258"});
+  CHECK(problems_of({"parallel.cp=3", "training.seq_len=252"}).empty());
+}
+
+TEST_CASE("rule: Ulysses needs heads per tp rank divisible by cp", "[recipe][rules]") {
+  expect_problem({"parallel.cp=8", "parallel.cp_method=ulysses"}, std::nullopt,
+                 {"the 8 query and 4 key/value heads per tp rank are not divisible by parallel.cp=8",
+                  "use cp in {1, 2, 4}", "cp_method \"ring\""});
+  CHECK(problems_of({"parallel.cp=8", "parallel.cp_method=ring"}).empty());
+}
+
+TEST_CASE("rule: seq_len vs tp under sequence parallelism", "[recipe][rules]") {
+  expect_problem({"parallel.tp=4", "parallel.sequence_parallel=true", "training.seq_len=250"}, std::nullopt,
+                 {"parallel.sequence_parallel splits each rank's 250 tokens", "parallel.tp=4",
+                  "use seq_len 248 or 252"});
+  CHECK(problems_of({"parallel.tp=4", "parallel.sequence_parallel=true", "training.seq_len=252"}).empty());
+}
+
+TEST_CASE("rule: global batch vs micro batch (any world size)", "[recipe][rules]") {
+  expect_problem({"training.global_batch_size=33"}, std::nullopt,
+                 {"training.global_batch_size=33 is not a multiple of training.micro_batch_size=2",
+                  "use global_batch_size 32 or 34"});
+}
+
+TEST_CASE("rule: world size = tp * cp * dp * pp", "[recipe][rules]") {
+  expect_problem({"parallel.tp=2", "parallel.pp=2"}, 6,
+                 {"world size 6 is not divisible by parallel.tp * cp * pp = 2 * 1 * 2 = 4", "multiple of 4"});
+  expect_problem({"parallel.dp=4", "parallel.tp=2"}, 4,
+                 {"parallel.dp=4 does not match world size 4 / (tp * cp * pp = 2) = 2", "set parallel.dp=2 or -1"});
+}
+
+TEST_CASE("rule: world size = etp * ep * edp * pp for expert layers", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"parallel.ep=4", "training.global_batch_size=12"}), 6,
+                 {"world size 6 is not divisible by parallel.etp * ep * pp = 1 * 4 * 1 = 4",
+                  "expert layers fold the same ranks"});
+  CHECK(problems_of(with(kMoe, {"parallel.ep=2", "training.global_batch_size=12"}), 6).empty());
+}
+
+TEST_CASE("rule: global batch = micro batch x accumulation x dp", "[recipe][rules]") {
+  expect_problem({}, 3,
+                 {"training.global_batch_size=32 is not a multiple of training.micro_batch_size * dp = 2 * 3 = 6",
+                  "use global_batch_size 30 or 36"});
+  CHECK(problems_of({"training.global_batch_size=36"}, 3).empty());
+}
+
+TEST_CASE("rule: micro-batches >= pp for pipeline schedules", "[recipe][rules]") {
+  expect_problem({"parallel.pp=4", "training.global_batch_size=8"}, 8,
+                 {"parallel.pp=4 needs at least 4 micro-batches per step", "= 2", "use global_batch_size >= 16"});
+  CHECK(problems_of({"parallel.pp=4", "training.global_batch_size=16"}, 8).empty());
+  // No global batch given: micro_batch_size * dp gives 1 micro-batch.
+  expect_problem({"parallel.pp=2", "training.global_batch_size=null"}, 4, {"use global_batch_size >= 8"});
+}
+
+TEST_CASE("rule: interleaved schedule needs micro-batches divisible by pp", "[recipe][rules]") {
+  const std::vector<std::string> interleaved = {"parallel.pp=4", "parallel.vpp=2",
+                                                "parallel.pipeline_schedule=interleaved_1f1b"};
+  expect_problem(with(interleaved, {"training.global_batch_size=6", "training.micro_batch_size=1"}), 4,
+                 {"micro-batches per step (6", "a multiple of parallel.pp=4", "use global_batch_size 4 or 8"});
+  CHECK(problems_of(with(interleaved, {"training.global_batch_size=8", "training.micro_batch_size=1"}), 4).empty());
+}
+
+TEST_CASE("rule: learning-rate schedule", "[recipe][rules]") {
+  expect_problem({"optimizer.min_lr=1"}, std::nullopt, {"optimizer.min_lr=1 exceeds optimizer.lr=0.0003"});
+  expect_problem({"optimizer.warmup_steps=101"}, std::nullopt,
+                 {"optimizer.warmup_steps=101 exceeds training.steps=100", "use warmup_steps <= 100"});
+}
+
+TEST_CASE("rule: data sources and weights", "[recipe][rules]") {
+  expect_problem({"data.source=tokens"}, std::nullopt, {"data.source=\"tokens\" needs data.paths"});
+  expect_problem({"data.paths=[\"a\"]"}, std::nullopt, {"data.paths is set but data.source is \"synthetic\""});
+  expect_problem({"data.source=tokens", "data.paths=[\"a\",\"b\"]", "data.weights=[1]"}, std::nullopt,
+                 {"data.weights has 1 entries but data.paths has 2"});
+}
+
+TEST_CASE("rule: checkpoint settings", "[recipe][rules]") {
+  expect_problem({"checkpoint.interval=10"}, std::nullopt, {"checkpoint.interval=10 needs checkpoint.dir"});
+  expect_problem({"checkpoint.keep=1", "checkpoint.dir=c"}, std::nullopt, {"checkpoint.keep=1", "use keep >= 2"});
+  expect_problem({"checkpoint.resume=\"\""}, std::nullopt, {"checkpoint.resume is empty"});
+}
+
+TEST_CASE("world size bounds", "[recipe][rules]") {
+  CHECK(any_contains(problems_of({}, 0), "world size 0 is not valid"));
+  CHECK(any_contains(problems_of({}, int64_t(1) << 30), "is not valid"));
+}
+
+TEST_CASE("several problems are reported at once", "[recipe][rules]") {
+  const auto problems = problems_of({"parallel.tp=3", "optimizer.warmup_steps=1000"});
+  CHECK(problems.size() >= 4);
+}
+
+TEST_CASE("rule: dp is -1 (derived) or a size", "[recipe][rules]") {
+  expect_problem({"parallel.dp=0"}, std::nullopt, {"parallel.dp=0 is not a data-parallel size", "use -1"});
+}
