@@ -4,12 +4,13 @@
 # libtorch comes from the PyPI wheel (CUDA 13.0 build, the same as the GPU machines' torch).
 TORCH_VERSION="2.11.0"
 # Installed with --no-deps beside torch: its CUDA libraries load these from site-packages;
-# everything else CUDA comes from the toolkit in $CUDA_HOME.
+# everything else CUDA comes from the toolkit in $CUDA_HOME. The versions are the ones torch 2.11.0
+# itself requires (its METADATA; cuFile through cuda-toolkit[cufile]==13.0.2).
 PIP_PACKAGES=(
   "torch==${TORCH_VERSION}"
-  "nvidia-cusparselt-cu13==0.10.0"
-  "nvidia-nvshmem-cu13==3.8.0"
-  "nvidia-cufile==1.20.0.107"
+  "nvidia-cusparselt-cu13==0.8.0"
+  "nvidia-nvshmem-cu13==3.4.5"
+  "nvidia-cufile==1.15.1.6"
 )
 # TorchConfig.cmake works with Debian's CMake 3.25, but we pin a newer CMake for CUDA 13 support.
 CMAKE_PIP_PACKAGE="cmake==4.4.4"

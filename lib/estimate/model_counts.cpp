@@ -1,0 +1,100 @@
+#include "estimate/model_counts.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace trainer::estimate {
+
+namespace {
+
+void require_positive(int64_t value, const char* name) {
+  if (value <= 0) throw std::invalid_argument(fmt::format("count_model: {}={} must be positive", name, value));
+}
+
+// A SwiGLU MLP of width `width`: gate/up [width,H] and down [H,width].
+int64_t swiglu_params(int64_t hidden, int64_t width) { return 3 * hidden * width; }
+
+}  // namespace
+
+ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
+  const int64_t V = model.vocab_size, H = model.hidden_size, L = model.num_hidden_layers;
+  const int64_t heads = model.num_attention_heads;
+  require_positive(V, "vocab_size");
+  require_positive(H, "hidden_size");
+  require_positive(L, "num_hidden_layers");
+  require_positive(heads, "num_attention_heads");
+  require_positive(seq_len, "seq_len");
+  // Same derivations as the recipe loader, so a hand-built config counts like a loaded one.
+  const int64_t kv = model.num_key_value_heads > 0 ? model.num_key_value_heads : heads;
+  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : H / heads;
+  require_positive(head_dim, "head_dim");
+
+  ModelCounts c;
+  c.seq_len = seq_len;
+  c.embedding_params = V * H;
+  c.lm_head_params = model.tie_word_embeddings ? 0 : V * H;
+  c.attention_params_per_layer = H * heads * head_dim      // q_proj
+                                 + 2 * H * kv * head_dim   // k_proj, v_proj
+                                 + heads * head_dim * H;   // o_proj
+  c.norm_params_per_layer = 2 * H;
+  c.final_norm_params = H;
+  c.dense_mlp_params_per_layer = model.intermediate_size > 0 ? swiglu_params(H, model.intermediate_size) : 0;
+
+  if (model.moe) {
+    const auto& moe = *model.moe;
+    const int64_t E = moe.num_local_experts, top_k = moe.num_experts_per_tok;
+    require_positive(E, "moe.num_local_experts");
+    require_positive(top_k, "moe.num_experts_per_tok");
+    if (top_k > E)
+      throw std::invalid_argument(
+          fmt::format("count_model: moe.num_experts_per_tok={} exceeds moe.num_local_experts={}", top_k, E));
+    const int64_t width = moe.moe_intermediate_size > 0 ? moe.moe_intermediate_size : model.intermediate_size;
+    require_positive(width, "moe.moe_intermediate_size");
+    c.expert_params = swiglu_params(H, width);
+    c.router_params_per_layer = E * H;
+    c.shared_expert_params_per_layer = moe.num_shared_experts * c.expert_params;
+    c.moe_params_per_layer = c.router_params_per_layer + E * c.expert_params + c.shared_expert_params_per_layer;
+    // Every token is scored by the whole router, then runs its top-k experts and the shared ones.
+    c.moe_active_params_per_layer =
+        c.router_params_per_layer + top_k * c.expert_params + c.shared_expert_params_per_layer;
+  }
+
+  int64_t layer_params = 0, layer_active = 0;
+  c.layers.reserve(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    LayerCounts layer;
+    layer.index = l;
+    layer.moe = model.is_moe_layer(l);
+    const int64_t common = c.attention_params_per_layer + c.norm_params_per_layer;
+    if (layer.moe) {
+      layer.params = common + c.moe_params_per_layer;
+      layer.active_params = common + c.moe_active_params_per_layer;
+      ++c.num_moe_layers;
+    } else {
+      require_positive(model.intermediate_size, "intermediate_size");
+      layer.params = layer.active_params = common + c.dense_mlp_params_per_layer;
+      ++c.num_dense_layers;
+    }
+    layer_params += layer.params;
+    layer_active += layer.active_params;
+    c.layers.push_back(layer);
+  }
+
+  const int64_t outer = c.embedding_params + c.lm_head_params + c.final_norm_params;
+  c.total_params = outer + layer_params;
+  c.active_params = outer + layer_active;
+
+  // PaLM (Chowdhery et al. 2022, appendix B), as torchtitan computes it: each parameter in a matrix
+  // product costs 2 FLOPs per token forward and 4 backward; attention's QK^T and AV add
+  // 2 * 2 * heads * head_dim * seq_len forward per layer, times 3 for training. Norms and the router
+  // are inside the 6N term too (negligible, and torchtitan counts them the same way).
+  c.matmul_params_per_token = c.active_params - c.embedding_params + (model.tie_word_embeddings ? V * H : 0);
+  c.dense_flops_per_token = 6.0 * static_cast<double>(c.matmul_params_per_token);
+  c.attention_flops_per_token = 12.0 * static_cast<double>(L) * static_cast<double>(heads) *
+                                static_cast<double>(head_dim) * static_cast<double>(seq_len);
+  c.flops_per_token = c.dense_flops_per_token + c.attention_flops_per_token;
+  return c;
+}
+
+}  // namespace trainer::estimate

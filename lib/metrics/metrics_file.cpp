@@ -1,0 +1,43 @@
+#include "metrics/metrics_file.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace trainer::metrics {
+
+MetricsFile::MetricsFile(std::string path) : path_(std::move(path)) {
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec)
+      throw UserError(fmt::format("{}: cannot create the metrics file's directory {} ({})", path_, parent.string(),
+                                  ec.message()));
+  }
+  errno = 0;
+  out_.open(path_, std::ios::out | std::ios::app);
+  if (!out_)
+    throw UserError(fmt::format("{}: cannot open metrics file for appending ({})", path_,
+                                errno != 0 ? std::strerror(errno) : "unknown reason"));
+}
+
+void MetricsFile::write(const nlohmann::json& record) {
+  if (!record.is_object())
+    throw std::invalid_argument(fmt::format("{}: a metrics record must be a JSON object, not {}", path_,
+                                            record.type_name()));
+  // dump() throws on invalid UTF-8 in strings rather than writing a line no reader can parse.
+  out_ << record.dump() << '\n';
+  out_.flush();
+  if (!out_) throw std::runtime_error(fmt::format("{}: writing the metrics file failed", path_));
+}
+
+void MetricsFile::write(const StepMetrics& metrics) { write(to_json(metrics)); }
+
+}  // namespace trainer::metrics

@@ -1,0 +1,80 @@
+#pragma once
+// The building blocks of the decoder, each owning its parameters in a ParameterSet by global name.
+// They are written so the parallel dimensions can take them over: Linear knows whether it is
+// replicated, column- or row-parallel (its ShardSpec slices the global weight); the
+// communication of tensor parallelism (the f/g operators) plugs in at the marked points and is the
+// identity for a tensor-parallel group of one.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "model/parameter.h"
+
+namespace trainer::model {
+
+// The tensor-parallel position of this rank: size 1 on a single process.
+struct TensorParallel {
+  int64_t rank = 0;
+  int64_t size = 1;
+};
+
+enum class LinearKind {
+  Replicated,  // full weight on every rank
+  Column,      // output features split across tp ranks (q/k/v, gate/up, LM head)
+  Row,         // input features split across tp ranks (o_proj, down_proj); the output needs a sum
+};
+
+// y = x W^T with W of global shape [out_features, in_features] (Hugging Face layout), no bias.
+class Linear {
+ public:
+  Linear() = default;
+  Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features, LinearKind kind,
+         TensorParallel tp);
+  at::Tensor forward(const at::Tensor& x) const;
+  const at::Tensor& weight() const { return weight_; }
+
+ private:
+  at::Tensor weight_;
+  LinearKind kind_ = LinearKind::Replicated;
+  TensorParallel tp_;
+};
+
+// Token embedding [vocab, hidden]; vocabulary-parallel when tp > 1 (rows split across ranks).
+class Embedding {
+ public:
+  Embedding() = default;
+  Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp);
+  at::Tensor forward(const at::Tensor& tokens) const;
+  const at::Tensor& weight() const { return weight_; }
+
+ private:
+  at::Tensor weight_;
+  TensorParallel tp_;
+};
+
+// RMSNorm computed in fp32 and cast back (Hugging Face Llama): w * (x / sqrt(mean(x^2) + eps)).
+class RmsNorm {
+ public:
+  RmsNorm() = default;
+  RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps);
+  at::Tensor forward(const at::Tensor& x) const;
+
+ private:
+  at::Tensor weight_;
+  double eps_ = 1e-6;
+};
+
+// SwiGLU MLP: down(silu(gate(x)) * up(x)); Hugging Face names gate_proj/up_proj/down_proj, or
+// Mixtral's expert names w1/w3/w2 when `mixtral_names`.
+class SwigluMlp {
+ public:
+  SwigluMlp() = default;
+  SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate, TensorParallel tp,
+            bool mixtral_names = false);
+  at::Tensor forward(const at::Tensor& x) const;
+
+ private:
+  Linear gate_, up_, down_;
+};
+
+}  // namespace trainer::model

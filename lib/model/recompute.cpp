@@ -1,0 +1,58 @@
+#include "model/recompute.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <ATen/core/ivalue.h>
+
+namespace trainer::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Holds the function for backward; IValue capsules carry arbitrary ref-counted objects.
+struct FunctionHolder : torch::CustomClassHolder {
+  explicit FunctionHolder(TensorFunction f) : fn(std::move(f)) {}
+  TensorFunction fn;
+};
+
+struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> holder, variable_list inputs) {
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
+    ctx->save_for_backward(inputs);
+    at::NoGradGuard no_grad;
+    return holder->fn(inputs);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto holder = c10::static_intrusive_pointer_cast<FunctionHolder>(ctx->saved_data["fn"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    variable_list inputs;
+    for (const auto& s : saved) inputs.push_back(s.detach().requires_grad_(s.requires_grad()));
+    variable_list outputs;
+    {
+      at::AutoGradMode enable(true);
+      outputs = holder->fn(inputs);
+    }
+    variable_list roots, grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].requires_grad() || !grad_outputs[i].defined()) continue;
+      roots.push_back(outputs[i]);
+      grads.push_back(grad_outputs[i]);
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    variable_list result = {at::Tensor()};  // no gradient for the function holder
+    for (const auto& input : inputs) result.push_back(input.requires_grad() ? input.grad() : at::Tensor());
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs) {
+  return RecomputeFunction::apply(c10::make_intrusive<FunctionHolder>(std::move(fn)), inputs);
+}
+
+}  // namespace trainer::model

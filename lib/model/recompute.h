@@ -1,0 +1,17 @@
+#pragma once
+// Activation recomputation: run `fn` without keeping its intermediate activations and run it
+// again during backward to get them (the reentrant scheme of torch.utils.checkpoint). Only the
+// inputs are saved. `fn` must be deterministic (our layers have no dropout).
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+namespace trainer::model {
+
+using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+// Same outputs as fn(inputs), with gradients flowing to the inputs and to every parameter fn uses.
+std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs);
+
+}  // namespace trainer::model

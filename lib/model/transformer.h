@@ -1,0 +1,79 @@
+#pragma once
+// The decoder-only transformer (Llama; Mixtral-style MoE layers where model.moe.layers says):
+// embedding -> layers (pre-norm attention and feed-forward, residuals) -> final norm -> LM head.
+// Parameter names are Hugging Face's. The loss is the sum of token cross-entropies (fp32), so the
+// caller can normalise by the global token count of the step (DESIGN.md invariant 2).
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/layers.h"
+#include "model/moe.h"
+#include "model/parameter.h"
+#include "model/rotary.h"
+#include "recipe/recipe.h"
+
+namespace trainer::model {
+
+enum class Recompute { None, Selective, Full };
+Recompute parse_recompute(const std::string& name);
+
+struct ModelOptions {
+  recipe::ModelConfig config;
+  uint64_t seed = 0;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  Recompute recompute = Recompute::None;
+  TensorParallel tp;
+};
+
+struct ForwardOutput {
+  at::Tensor loss_sum;        // sum over tokens of the cross-entropy (fp32 scalar)
+  at::Tensor aux_loss;        // sum over MoE layers of their load-balancing losses (fp32 scalar; 0 for dense)
+  int64_t tokens = 0;         // tokens whose loss is in loss_sum
+};
+
+class DecoderLayer {
+ public:
+  DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp);
+  // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                            bool recompute_attention_core) const;
+  bool is_moe() const { return moe_.has_value(); }
+
+ private:
+  RmsNorm input_norm_, post_attention_norm_;
+  Attention attention_;
+  std::optional<SwigluMlp> mlp_;
+  std::optional<Moe> moe_;
+};
+
+class Transformer {
+ public:
+  explicit Transformer(const ModelOptions& options);
+
+  // inputs, targets: int64 [B, T] token ids on the model's device.
+  ForwardOutput forward(const at::Tensor& inputs, const at::Tensor& targets) const;
+  // Logits [B, T, vocab] in the model dtype (for evaluation and interchange tests).
+  at::Tensor logits(const at::Tensor& inputs) const;
+
+  ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
+  const ModelOptions& options() const { return options_; }
+
+ private:
+  at::Tensor hidden_states(const at::Tensor& inputs, at::Tensor* aux_loss) const;
+
+  ModelOptions options_;
+  ParameterSet params_;
+  Embedding embed_;
+  std::vector<DecoderLayer> layers_;
+  RmsNorm final_norm_;
+  Linear lm_head_;  // unused when tied: the embedding weight is the head
+  Rotary rotary_;
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,92 @@
+#include "optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+namespace trainer::optim {
+
+AdamW::AdamW(std::deque<model::Parameter>& params, const recipe::OptimizerConfig& config)
+    : params_(params), config_(config) {
+  const bool need_masters = !params.empty() && params.front().tensor.scalar_type() != at::kFloat;
+  groups_ = {Group{config.weight_decay, {}}, Group{0.0, {}}};
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i].tensor;
+    const at::Tensor master = need_masters ? p.detach().to(at::kFloat).clone() : at::Tensor();
+    if (need_masters) masters_.push_back(master);
+    const at::Tensor like = need_masters ? master : p.detach();
+    exp_avgs_.push_back(at::zeros_like(like));
+    exp_avg_sqs_.push_back(at::zeros_like(like));
+    state_steps_.push_back(at::zeros({}, like.options().dtype(at::kFloat)));
+    groups_[params[i].weight_decay ? 0 : 1].members.push_back(i);
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  for (const auto& group : groups_) {
+    if (group.members.empty()) continue;
+    std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
+    for (size_t i : group.members) {
+      const at::Tensor& p = params_[i].tensor;
+      at::Tensor grad = p.grad().defined() ? p.grad() : at::zeros_like(p);
+      if (!masters_.empty()) {
+        weights.push_back(masters_[i]);
+        grads.push_back(grad.to(at::kFloat));
+      } else {
+        weights.push_back(p);
+        grads.push_back(grad);
+      }
+      avgs.push_back(exp_avgs_[i]);
+      avg_sqs.push_back(exp_avg_sqs_[i]);
+      steps.push_back(state_steps_[i]);
+    }
+    // The fused kernel reads the step counts for bias correction but does not advance them
+    // (torch.optim.AdamW increments them first, as here).
+    at::_foreach_add_(steps, 1.0);
+    at::_fused_adamw_(weights, grads, avgs, avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1,
+                      config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+  if (!masters_.empty())
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.detach().copy_(masters_[i]);
+  ++steps_taken_;
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_) {
+    at::Tensor grad = p.tensor.mutable_grad();
+    if (grad.defined()) grad.zero_();
+  }
+}
+
+std::vector<NamedTensor> AdamW::state() {
+  std::vector<NamedTensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i].name;
+    out.push_back({"optimizer.exp_avg." + name, exp_avgs_[i]});
+    out.push_back({"optimizer.exp_avg_sq." + name, exp_avg_sqs_[i]});
+    out.push_back({"optimizer.step." + name, state_steps_[i]});
+    if (!masters_.empty()) out.push_back({"optimizer.master." + name, masters_[i]});
+  }
+  return out;
+}
+
+at::Tensor global_grad_norm(const std::deque<model::Parameter>& params) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+  if (grads.empty()) return at::zeros({}, at::kFloat);
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2, at::kFloat);
+  return at::stack(norms).norm();
+}
+
+double clip_gradients(std::deque<model::Parameter>& params, double max_norm, double norm) {
+  if (max_norm <= 0 || norm <= max_norm) return 1.0;
+  const double coefficient = max_norm / (norm + 1e-6);
+  at::NoGradGuard no_grad;
+  for (auto& p : params)
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(coefficient);
+  return coefficient;
+}
+
+}  // namespace trainer::optim

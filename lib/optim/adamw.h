@@ -1,0 +1,58 @@
+#pragma once
+// AdamW through ATen's fused kernel (_fused_adamw_), with fp32 master weights and moments when the
+// model trains in bf16: gradients are copied to fp32, the master weights are updated, and the
+// model's bf16 weights are refreshed from them. Norms get no weight decay.
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "model/parameter.h"
+#include "recipe/recipe.h"
+
+namespace trainer::optim {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+class AdamW {
+ public:
+  // The parameters must outlive the optimizer. fp32 master copies are kept when they are not fp32.
+  AdamW(std::deque<model::Parameter>& params, const recipe::OptimizerConfig& config);
+
+  // One update with the gradients currently in the parameters' .grad (already clipped).
+  void step(double lr);
+  void zero_grad();
+
+  int64_t steps_taken() const { return steps_taken_; }
+  bool has_master_weights() const { return !masters_.empty(); }
+
+  // Optimizer state by name for checkpoints ("optimizer.exp_avg.<param>", "optimizer.exp_avg_sq.<param>",
+  // "optimizer.master.<param>", and "optimizer.step.<param>"); the tensors are the live state.
+  std::vector<NamedTensor> state();
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+
+ private:
+  struct Group {
+    double weight_decay = 0;
+    std::vector<size_t> members;  // indices into params_
+  };
+  std::deque<model::Parameter>& params_;
+  recipe::OptimizerConfig config_;
+  std::vector<at::Tensor> masters_, exp_avgs_, exp_avg_sqs_, state_steps_;
+  std::vector<Group> groups_;
+  int64_t steps_taken_ = 0;
+};
+
+// The L2 norm of all gradients together (fp32), as a scalar tensor. Parameters without a gradient
+// count as zero.
+at::Tensor global_grad_norm(const std::deque<model::Parameter>& params);
+
+// Scales gradients so their global norm is at most max_norm (no-op when max_norm <= 0 or the norm
+// is below it). Returns the coefficient applied.
+double clip_gradients(std::deque<model::Parameter>& params, double max_norm, double norm);
+
+}  // namespace trainer::optim

@@ -1,0 +1,28 @@
+#include "train/batch.h"
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace trainer::train {
+
+uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
+                         int64_t micro_batch_size) {
+  return consumed_samples + uint64_t((dp_rank * accumulation_steps + micro) * micro_batch_size);
+}
+
+MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
+                            int64_t seq_len, c10::Device device) {
+  std::vector<int32_t> tokens(size_t(micro_batch_size * (seq_len + 1)));
+  for (int64_t b = 0; b < micro_batch_size; ++b)
+    dataset.sample(first_sample + uint64_t(b), seq_len, tokens.data() + b * (seq_len + 1));
+  const at::Tensor all =
+      at::from_blob(tokens.data(), {micro_batch_size, seq_len + 1}, at::TensorOptions().dtype(at::kInt))
+          .to(at::kLong);
+  MicroBatch batch;
+  batch.inputs = all.narrow(1, 0, seq_len).contiguous().to(device);
+  batch.targets = all.narrow(1, 1, seq_len).contiguous().to(device);
+  return batch;
+}
+
+}  // namespace trainer::train

@@ -1,0 +1,25 @@
+#pragma once
+// Turning global sample indices into a micro-batch (DESIGN.md invariant 2): global batch k holds
+// samples [k*G, (k+1)*G) of the dataset's global order; data-parallel rank r, in micro-batch m of
+// its A accumulation steps, reads the micro_batch_size samples starting at
+// consumed + (r*A + m) * micro_batch_size.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "data/dataset.h"
+
+namespace trainer::train {
+
+struct MicroBatch {
+  at::Tensor inputs;   // int64 [B, T]
+  at::Tensor targets;  // int64 [B, T]
+};
+
+// The first global sample index of micro-batch `micro` on data-parallel rank `dp_rank`.
+uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
+                         int64_t micro_batch_size);
+
+MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
+                            int64_t seq_len, c10::Device device);
+
+}  // namespace trainer::train

@@ -1,0 +1,205 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "checkpoint/checkpoint.h"
+#include "data/dataset.h"
+#include "estimate/model_counts.h"
+#include "metrics/cpu_memory.h"
+#include "metrics/cuda_memory.h"
+#include "metrics/gpu_peaks.h"
+#include "metrics/human_format.h"
+#include "metrics/metrics_file.h"
+#include "metrics/step_metrics.h"
+#include "metrics/throughput.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "runtime/stop_signal.h"
+#include "train/batch.h"
+#include "train/training_state.h"
+
+namespace trainer::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string first_non_finite_gradient(model::Transformer& model) {
+  for (const auto& p : model.parameters().all()) {
+    const at::Tensor& g = p.tensor.grad();
+    if (g.defined() && !at::isfinite(g).all().item<bool>()) return p.name;
+  }
+  return "";
+}
+
+std::optional<std::string> resume_path(const recipe::Recipe& r) {
+  const auto& c = r.checkpoint;
+  if (c.resume == "none") return std::nullopt;
+  if (c.resume == "auto") return c.dir ? checkpoint::find_latest_checkpoint(*c.dir) : std::nullopt;
+  return c.resume;
+}
+
+}  // namespace
+
+TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& options) {
+  const recipe::Recipe& r = loaded.recipe;
+  if (!loaded.mesh || loaded.mesh->world_size != 1)
+    throw std::logic_error("train() runs one process; the recipe must be resolved at world size 1");
+  const recipe::MeshShape& mesh = *loaded.mesh;
+
+  const bool on_gpu = !options.force_cpu && at::hasCUDA();
+  const c10::Device device = on_gpu ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
+  if (!on_gpu) metrics::CpuMemoryTracker::install();
+
+  // Data first: bad files are user errors and must come before any heavy work.
+  const std::unique_ptr<data::Dataset> dataset = data::open_dataset(r);
+
+  model::ModelOptions model_options;
+  model_options.config = r.model;
+  model_options.seed = uint64_t(r.training.seed);
+  model_options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  model_options.device = device;
+  model_options.recompute = model::parse_recompute(r.training.recompute);
+  model::Transformer model(model_options);
+  optim::AdamW optimizer(model.parameters().all(), r.optimizer);
+
+  Progress progress;
+  if (const auto path = resume_path(r)) {
+    const checkpoint::LoadedCheckpoint checkpoint(*path);
+    progress = restore_training_state(checkpoint, model, optimizer);
+    std::fprintf(options.log, "resumed from %s at step %lld (%lld samples consumed)\n", checkpoint.path().c_str(),
+                 (long long)progress.step, (long long)progress.consumed_samples);
+  }
+
+  const estimate::ModelCounts counts = estimate::count_model(r.model, r.training.seq_len);
+  std::optional<double> peak_tflops;
+  std::string device_name = "CPU";
+  if (on_gpu) {
+    device_name = at::cuda::getDeviceProperties(0)->name;
+    if (auto gpu = metrics::gpu_peak_for_device_name(device_name))
+      peak_tflops = metrics::dense_peak_tflops(*gpu, r.training.dtype);
+  }
+  const int64_t seq_len = r.training.seq_len;
+  const int64_t global_tokens = mesh.global_batch_size * seq_len;
+  const std::optional<double> floor = dataset->entropy_floor();
+  std::fprintf(options.log,
+               "model: %s parameters (%s active), %s FLOPs/token | data: %s | device: %s %s | global batch %lld x %lld "
+               "tokens (%lld micro-batches of %lld)\n",
+               metrics::format_count(double(counts.total_params)).c_str(),
+               metrics::format_count(double(counts.active_params)).c_str(),
+               metrics::format_count(counts.flops_per_token).c_str(), dataset->describe().c_str(), device_name.c_str(),
+               r.training.dtype.c_str(), (long long)mesh.global_batch_size, (long long)seq_len,
+               (long long)mesh.grad_accum_steps, (long long)r.training.micro_batch_size);
+  if (floor) std::fprintf(options.log, "loss floor of this data: %.4f nats/token\n", *floor);
+  std::fflush(options.log);
+
+  std::unique_ptr<metrics::MetricsFile> metrics_file;
+  if (r.logging.metrics_file) metrics_file = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
+
+  TrainSummary summary;
+  summary.first_step = progress.step;
+  const double aux_coef = r.model.moe ? r.model.moe->router_aux_loss_coef : 0.0;
+  const auto run_start = Clock::now();
+  double time_in_steps = 0;
+  int64_t steps_this_run = 0;
+
+  auto save = [&](const char* why) {
+    if (!r.checkpoint.dir) return;
+    const auto t0 = Clock::now();
+    summary.last_checkpoint = checkpoint::save_checkpoint(
+        *r.checkpoint.dir, capture_training_state(model, optimizer, loaded, progress), r.checkpoint.keep);
+    std::fprintf(options.log, "checkpoint %s (%s) written in %.2f s\n", summary.last_checkpoint.c_str(), why,
+                 std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(options.log);
+  };
+
+  while (progress.step < r.training.steps) {
+    const auto step_start = Clock::now();
+    if (!on_gpu) metrics::CpuMemoryTracker::reset_peak();
+    if (on_gpu) metrics::reset_cuda_peak_memory();
+    const int64_t step = progress.step;
+    const double lr = optim::learning_rate(r.optimizer, r.training.steps, step);
+
+    double loss_sum = 0, aux_sum = 0;
+    for (int64_t micro = 0; micro < mesh.grad_accum_steps; ++micro) {
+      const uint64_t first = first_sample_of(uint64_t(progress.consumed_samples), /*dp_rank=*/0,
+                                             mesh.grad_accum_steps, micro, r.training.micro_batch_size);
+      const MicroBatch batch = make_micro_batch(*dataset, first, r.training.micro_batch_size, seq_len, device);
+      const model::ForwardOutput out = model.forward(batch.inputs, batch.targets);
+      at::Tensor loss = out.loss_sum / double(global_tokens);
+      if (aux_coef > 0) loss = loss + out.aux_loss * (aux_coef / double(mesh.grad_accum_steps));
+      loss.backward();
+      loss_sum += out.loss_sum.item<double>();
+      aux_sum += out.aux_loss.item<double>();
+    }
+    const double step_loss = loss_sum / double(global_tokens);
+    if (!std::isfinite(step_loss))
+      throw std::runtime_error(fmt::format("step {}: the loss is {} (training diverged; lower optimizer.lr or "
+                                           "check the data)", step + 1, step_loss));
+    const double grad_norm = optim::global_grad_norm(model.parameters().all()).item<double>();
+    if (!std::isfinite(grad_norm))
+      throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (first non-finite gradient: {})",
+                                           step + 1, grad_norm, first_non_finite_gradient(model)));
+    optim::clip_gradients(model.parameters().all(), r.training.grad_clip, grad_norm);
+    optimizer.step(lr);
+    optimizer.zero_grad();
+    progress.step += 1;
+    progress.consumed_samples += mesh.global_batch_size;
+    if (on_gpu) c10::cuda::device_synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    time_in_steps += seconds;
+    ++steps_this_run;
+    summary.last_loss = step_loss;
+
+    if (progress.step % r.logging.interval == 0 || progress.step == r.training.steps) {
+      metrics::StepMetrics m;
+      m.step = progress.step;
+      m.total_steps = r.training.steps;
+      m.loss = step_loss;
+      m.lr = lr;
+      m.grad_norm = grad_norm;
+      const auto throughput = metrics::measure_throughput(global_tokens, seconds, counts.flops_per_token,
+                                                          mesh.world_size, peak_tflops);
+      m.tokens_per_s = throughput.tokens_per_s;
+      m.tflops_per_device = throughput.tflops_per_device;
+      m.mfu = throughput.mfu;
+      m.mem_peak_bytes =
+          on_gpu ? metrics::cuda_memory_stats().peak_allocated_bytes : metrics::CpuMemoryTracker::peak_bytes();
+      m.time_s = seconds;
+      m.eta_s = time_in_steps / double(steps_this_run) * double(r.training.steps - progress.step);
+      m.extra = {{"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start).count()},
+                 {"consumed_samples", progress.consumed_samples}};
+      if (r.model.moe) m.extra["aux_loss"] = aux_sum / double(mesh.grad_accum_steps);
+      if (floor) m.extra["loss_floor"] = *floor;
+      std::fprintf(options.log, "%s\n", metrics::format_console_line(m).c_str());
+      std::fflush(options.log);
+      if (metrics_file) metrics_file->write(m);
+    }
+
+    const bool interval_due = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0;
+    if (runtime::StopSignal::requested()) {
+      std::fprintf(options.log, "stopping after step %lld on signal %d\n", (long long)progress.step,
+                   runtime::StopSignal::signal_number());
+      save("on stop");
+      summary.stopped_by_signal = true;
+      break;
+    }
+    if (progress.step == r.training.steps)
+      save("final");
+    else if (interval_due)
+      save("interval");
+  }
+  summary.steps_completed = progress.step;
+  return summary;
+}
+
+}  // namespace trainer::train
