@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/file_tree.h"
 #include "core/json_file.h"
 
 namespace trainer::checkpoint {
@@ -68,7 +69,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(content.step);
   const fs::path tmp_dir = root / (step_name(content.step) + ".tmp");
-  fs::remove_all(tmp_dir);
+  remove_tree(tmp_dir.string());
   fs::create_directories(tmp_dir);
 
   const std::string shard_file = "shard-00000.safetensors";
@@ -91,7 +92,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
                                    {"files", {shard_file}},
                                    {"tensors", tensors}};
   write_text_durably(tmp_dir / "manifest.json", manifest.dump(1));
-  fs::remove_all(final_dir);  // a committed checkpoint of the same step (re-run after resume)
+  remove_tree(final_dir.string());  // a committed checkpoint of the same step (re-run after resume)
   fs::rename(tmp_dir, final_dir);
   fsync_path(root);
   write_text_durably(root / "latest", step_name(content.step) + "\n");
@@ -99,7 +100,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
   if (keep > 0) {
     auto steps = committed_steps(root);
     while (static_cast<int64_t>(steps.size()) > keep) {
-      if (steps.front() != final_dir) fs::remove_all(steps.front());
+      if (steps.front() != final_dir) remove_tree(steps.front().string());
       steps.erase(steps.begin());
     }
   }

@@ -19,11 +19,13 @@ struct FunctionHolder : torch::CustomClassHolder {
 };
 
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
-  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> holder, variable_list inputs) {
+  // `inputs` must reach Function::apply as a TensorList: apply's variable extraction treats a
+  // std::vector<at::Tensor> argument as a non-tensor, which would cut the outputs off the graph.
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> holder, at::TensorList inputs) {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
-    ctx->save_for_backward(inputs);
+    ctx->save_for_backward(inputs.vec());
     at::NoGradGuard no_grad;
-    return holder->fn(inputs);
+    return holder->fn(inputs.vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -52,7 +54,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 }  // namespace
 
 std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs) {
-  return RecomputeFunction::apply(c10::make_intrusive<FunctionHolder>(std::move(fn)), inputs);
+  return RecomputeFunction::apply(c10::make_intrusive<FunctionHolder>(std::move(fn)), at::TensorList(inputs));
 }
 
 }  // namespace trainer::model

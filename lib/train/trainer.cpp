@@ -105,6 +105,13 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
   std::unique_ptr<metrics::MetricsFile> metrics_file;
   if (r.logging.metrics_file) metrics_file = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
 
+  auto reset_peak_memory = [on_gpu] {
+    if (on_gpu)
+      metrics::reset_cuda_peak_memory();
+    else
+      metrics::CpuMemoryTracker::reset_peak();
+  };
+  reset_peak_memory();
   TrainSummary summary;
   summary.first_step = progress.step;
   const double aux_coef = r.model.moe ? r.model.moe->router_aux_loss_coef : 0.0;
@@ -124,8 +131,6 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
 
   while (progress.step < r.training.steps) {
     const auto step_start = Clock::now();
-    if (!on_gpu) metrics::CpuMemoryTracker::reset_peak();
-    if (on_gpu) metrics::reset_cuda_peak_memory();
     const int64_t step = progress.step;
     const double lr = optim::learning_rate(r.optimizer, r.training.steps, step);
 
@@ -183,6 +188,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
       std::fprintf(options.log, "%s\n", metrics::format_console_line(m).c_str());
       std::fflush(options.log);
       if (metrics_file) metrics_file->write(m);
+      reset_peak_memory();  // the next logged peak covers the steps since this line
     }
 
     const bool interval_due = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0;

@@ -32,7 +32,7 @@ TEST_CASE("trainer --help and every subcommand's --help exit 0", "[cli]") {
   }
 }
 
-TEST_CASE("trainer --version prints version, commit, libtorch, CUDA and NCCL", "[cli]") {
+TEST_CASE("trainer --version prints version - commit - libtorch - CUDA and NCCL", "[cli]") {
   const auto r = run_trainer({"--version"});
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("trainer 0.1.0 (commit ") == 0);
@@ -51,8 +51,8 @@ TEST_CASE("usage errors exit 2", "[cli]") {
 }
 
 TEST_CASE("subcommands of later work say so and exit 2 without output on stdout", "[cli]") {
-  for (const auto& args : std::vector<std::vector<std::string>>{{"run", kTiny},
-                                                                {"run", kTiny, "--dry-run"},
+  for (const auto& args : std::vector<std::vector<std::string>>{{"run", kTiny, "--dry-run"},
+                                                                {"run", kTiny, "--nproc-per-node", "2"},
                                                                 {"estimate", kTiny},
                                                                 {"plan", kTiny, "--gpus", "8"},
                                                                 {"ckpt", "inspect", "/tmp"},
@@ -92,7 +92,7 @@ TEST_CASE("validate with --set KEY=VALUE takes one value per flag before the rec
   CHECK(nlohmann::json::parse(r.out)["recipe"]["training"]["steps"] == 19);
 }
 
-TEST_CASE("bad recipes exit 2 with the file, path and problem", "[cli]") {
+TEST_CASE("bad recipes exit 2 with the file - path and problem", "[cli]") {
   TempDir dir;
   const auto malformed = dir.write("bad.json", "{\n  \"model\": {\n    \"vocab_size\": 12,\n  }\n}\n");
   auto r = run_trainer({"validate", malformed});

@@ -8,7 +8,7 @@
 
 using namespace trainer::test;
 
-TEST_CASE("fuzz: the binary exits 0 or 2 with a message, never crashes or hangs", "[fuzz]") {
+TEST_CASE("fuzz: the binary exits 0 or 2 with a message - never crashes or hangs", "[fuzz]") {
   std::vector<nlohmann::json> seeds;
   std::vector<std::string> paths;
   for (const auto& entry : std::filesystem::directory_iterator(source_dir() + "/recipes"))
@@ -47,7 +47,7 @@ TEST_CASE("fuzz: the binary exits 0 or 2 with a message, never crashes or hangs"
   }
   CHECK(two > 20);
   // Pure garbage files too.
-  for (const std::string garbage : {std::string("\x00\x01\x02", 3), std::string("\xff\xfe{"), std::string(100000, '['),
+  for (const std::string& garbage : {std::string("\x00\x01\x02", 3), std::string("\xff\xfe{"), std::string(100000, '['),
                                     std::string("{\"model\": ") + std::string(5000, '{')}) {
     const auto r = run_process({trainer_binary(), "validate", dir.write("g.json", garbage)}, 20);
     CHECK(r.exit_code == 2);

@@ -1,5 +1,7 @@
 #include "process.h"
 
+#include "core/file_tree.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -86,8 +88,10 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  try {
+    remove_tree(path_);  // not std::filesystem::remove_all: it crashes when libtorch is linked
+  } catch (const std::exception&) {
+  }
 }
 
 std::string TempDir::write(const std::string& name, const std::string& content) const {

@@ -17,14 +17,14 @@ std::string error_of(const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("malformed JSON names the file, line and column", "[core]") {
+TEST_CASE("malformed JSON names the file - line and column", "[core]") {
   CHECK(error_of("{\n  \"a\": 1,\n  \"b\" 2\n}") .rfind("r.json:3:7: malformed JSON", 0) == 0);
   CHECK(error_of("{\"a\": 1,}").rfind("r.json:1:9: malformed JSON", 0) == 0);
   CHECK(error_of("").rfind("r.json:1:1: malformed JSON", 0) == 0);
   CHECK(error_of("{\"a\": [1, 2}").find("r.json:1:") == 0);
 }
 
-TEST_CASE("duplicate keys are errors, at any depth", "[core]") {
+TEST_CASE("duplicate keys are errors - at any depth", "[core]") {
   CHECK(error_of("{\"a\": 1, \"a\": 2}") == "r.json: duplicate key \"a\" (JSON objects must not repeat a key)");
   CHECK(error_of("{\"m\": {\"x\": 1, \"x\": 1}}").find("duplicate key \"x\"") != std::string::npos);
   // The same key in sibling objects is fine.

@@ -5,7 +5,7 @@
 using trainer::edit_distance;
 using trainer::nearest_candidate;
 
-TEST_CASE("edit distance counts insertions, deletions and substitutions", "[core]") {
+TEST_CASE("edit distance counts insertions - deletions and substitutions", "[core]") {
   CHECK(edit_distance("", "") == 0);
   CHECK(edit_distance("tp", "tp") == 0);
   CHECK(edit_distance("tpp", "tp") == 1);

@@ -74,7 +74,7 @@ TEST_CASE("data: synthetic tokens follow the chain and stay in the vocabulary", 
       for (int s = 0; s < r; ++s) REQUIRE(data.successor(token, r) != data.successor(token, s));
 }
 
-TEST_CASE("data: the default floor is H(0.5, 0.25, 0.15, 0.1) in nats", "[data]") {
+TEST_CASE("data: the default floor is H(0.5 - 0.25 - 0.15 - 0.1) in nats", "[data]") {
   const SyntheticDataset data(default_synthetic_params(256, 1234));
   const double expected = -(0.5 * std::log(0.5) + 0.25 * std::log(0.25) + 0.15 * std::log(0.15) + 0.1 * std::log(0.1));
   REQUIRE(data.entropy_floor().has_value());
@@ -106,7 +106,7 @@ TEST_CASE("data: the empirical conditional entropy of the samples matches the fl
   CHECK(entropy < std::log(double(vocab)) - 4);
 }
 
-TEST_CASE("data: a small vocabulary keeps fewer successors, renormalised", "[data]") {
+TEST_CASE("data: a small vocabulary keeps fewer successors - renormalised", "[data]") {
   const auto params = default_synthetic_params(2, 1);
   REQUIRE(params.successor_probs.size() == 2);
   CHECK(params.successor_probs[0] == Approx(2.0 / 3));

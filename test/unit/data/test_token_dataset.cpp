@@ -45,7 +45,7 @@ TEST_CASE("data: open_dataset gives the synthetic generator for source synthetic
   CHECK(sample_of(*open_dataset(recipe), 0, 16) != sample_of(*data, 0, 16));
 }
 
-TEST_CASE("data: token samples are windows, each reached once per epoch in a fresh order", "[data]") {
+TEST_CASE("data: token samples are windows - each reached once per epoch in a fresh order", "[data]") {
   TempDir dir;
   // 1001 tokens 0..1000 in three documents: 1000 / 8 = 125 windows of 9 tokens with stride 8.
   write_token_files(dir.path() + "/c", counting_documents({300, 500, 201}), 65536);
@@ -98,7 +98,7 @@ TEST_CASE("data: a dataset of exactly seq_len + 1 tokens has one window", "[data
   for (uint64_t i : {0ULL, 1ULL, 99ULL}) CHECK(sample_of(*data, i, 16) == counting_documents({17})[0]);
 }
 
-TEST_CASE("data: mixing follows data.weights, and dataset sizes when they are null", "[data]") {
+TEST_CASE("data: mixing follows data.weights - and dataset sizes when they are null", "[data]") {
   TempDir dir;
   // Dataset A holds ids 0..3999, B ids 10000..11999: a sample's first token says where it came from.
   write_token_files(dir.path() + "/a", counting_documents({4000}), 65536);

@@ -87,7 +87,7 @@ TEST_CASE("global grad norm and clipping", "[optim]") {
   CHECK(optim::global_grad_norm(params).item<double>() == Approx(1.0).epsilon(1e-5));
 }
 
-TEST_CASE("learning-rate schedule: warm-up then cosine, linear or constant to min_lr", "[optim]") {
+TEST_CASE("learning-rate schedule: warm-up then cosine - linear or constant to min_lr", "[optim]") {
   recipe::OptimizerConfig c;
   c.lr = 1.0;
   c.min_lr = 0.1;

@@ -21,7 +21,7 @@ trainer::recipe::LoadedRecipe load_text(const std::string& text, const std::stri
 }
 }  // namespace
 
-TEST_CASE("model.hf_config reads a Hugging Face config; recipe fields override it", "[recipe]") {
+TEST_CASE("model.hf_config reads a Hugging Face config - recipe fields override it", "[recipe]") {
   TempDir dir;
   dir.write("hf/config.json", kLlamaConfig);
   const auto r = load_text(R"({"model": {"hf_config": "hf", "num_hidden_layers": 2}})", dir.path()).recipe;

@@ -78,7 +78,7 @@ TEST_CASE("unknown keys name the path and the nearest valid key", "[recipe]") {
   CHECK(any_contains(problems, "unknown key trainig; did you mean training?"));
 }
 
-TEST_CASE("wrong types name the path, what was found and what is expected", "[recipe]") {
+TEST_CASE("wrong types name the path - what was found and what is expected", "[recipe]") {
   const auto problems = problems_of({}, std::nullopt, R"({
     "model": {"vocab_size": "big", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
               "num_attention_heads": 1, "moe": 3},
@@ -94,7 +94,7 @@ TEST_CASE("the top level must be an object", "[recipe]") {
   CHECK(any_contains(problems_of({}, std::nullopt, "42"), "must be a JSON object"));
 }
 
-TEST_CASE("a MoE section gets its defaults, and null layers mean all", "[recipe]") {
+TEST_CASE("a MoE section gets its defaults - and null layers mean all", "[recipe]") {
   const auto r = load_base({"model.moe={\"num_local_experts\": 8}"}).recipe;
   REQUIRE(r.model.moe);
   CHECK(r.model.moe->num_experts_per_tok == 2);

@@ -4,7 +4,7 @@
 
 using namespace trainer::test;
 
-TEST_CASE("overrides: --set overrides any leaf, with JSON or bare-word values", "[recipe]") {
+TEST_CASE("overrides: --set overrides any leaf - with JSON or bare-word values", "[recipe]") {
   const auto r = load_base({"training.steps=20", "training.dtype=fp32", "optimizer.lr=1e-3",
                             "optimizer.betas=[0.8,0.9]", "parallel.sequence_parallel=true",
                             "checkpoint.dir=/tmp/ck", "checkpoint.dir=\"/tmp/ck2\"", "logging.metrics_file=m.jsonl"})
@@ -27,7 +27,7 @@ TEST_CASE("overrides: --set integers accept integral floats like 1e3", "[recipe]
   CHECK(load_base({"training.steps=1e3"}).recipe.training.steps == 1000);
 }
 
-TEST_CASE("overrides: --set problems name the override, the path and the expected type", "[recipe]") {
+TEST_CASE("overrides: --set problems name the override - the path and the expected type", "[recipe]") {
   const auto problems = problems_of({"parallel.tpp=2", "training.steps=abc", "optimizer.lr=-1", "noequals", "=3",
                                      "model.moe.layers=[1,\"x\"]"});
   REQUIRE(problems.size() == 6);

@@ -55,7 +55,7 @@ TEST_CASE("rule: the MLP width vs tp", "[recipe][rules]") {
                  {"model.intermediate_size=510 is not divisible by parallel.tp=4", "use tp in {1, 2, 3, 5, 6, 10, 15}"});
 }
 
-TEST_CASE("rule: vocabulary vs tp, with the padded size that works", "[recipe][rules]") {
+TEST_CASE("rule: vocabulary vs tp - with the padded size that works", "[recipe][rules]") {
   expect_problem({"model.vocab_size=1001", "parallel.tp=4"}, std::nullopt,
                  {"model.vocab_size=1001 is not divisible by parallel.tp=4", "model.vocab_size=1004"});
   CHECK(problems_of({"model.vocab_size=1004", "parallel.tp=4"}).empty());
@@ -87,7 +87,7 @@ TEST_CASE("rule: llama3 rope scaling frequency factors", "[recipe][rules]") {
                  {"model.rope_scaling.low_freq_factor=4 must be below model.rope_scaling.high_freq_factor=1"});
 }
 
-TEST_CASE("rule: experts vs ep, and ep needs a MoE model", "[recipe][rules]") {
+TEST_CASE("rule: experts vs ep - and ep needs a MoE model", "[recipe][rules]") {
   expect_problem({"parallel.ep=2"}, std::nullopt, {"parallel.ep=2 needs a mixture-of-experts model", "set parallel.ep=1"});
   expect_problem(with(kMoe, {"parallel.ep=3"}), std::nullopt,
                  {"model.moe.num_local_experts=8 is not divisible by parallel.ep=3", "use ep in {1, 2, 4, 8}"});

@@ -1,0 +1,153 @@
+// Training end to end through `trainer run`: the loss falls, resume is bit-exact, gradient
+// accumulation is equivalent to one big micro-batch, signals stop cleanly, divergence and bad data
+// are reported.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "process.h"
+
+using namespace trainer::test;
+
+namespace {
+const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
+const std::string kTinyMoe = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-moe.json";
+
+// A smaller, faster variant of tiny-llama for tests that only compare runs.
+const std::vector<std::string> kSmall = {"model.num_hidden_layers=2", "training.seq_len=64", "logging.interval=1",
+                                         "optimizer.warmup_steps=2"};
+
+ProcessResult run(const std::string& recipe, std::vector<std::string> sets, double timeout = 300) {
+  std::vector<std::string> argv = {trainer_binary(), "run", recipe};
+  for (const auto& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  // One intra-op thread: ctest runs two tests at once on two cores.
+  return run_process(argv, timeout, {"OMP_NUM_THREADS=1"});
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+TEST_CASE("train: tiny-llama's loss falls toward the printed floor", "[train]") {
+  TempDir dir;
+  const auto r = run(kTiny, {"training.steps=40", "logging.metrics_file=" + dir.path() + "/m.jsonl"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("loss floor of this data: 1.2080 nats/token") != std::string::npos);
+  const auto m = read_metrics(dir.path() + "/m.jsonl");
+  REQUIRE(m.size() == 8);  // logging.interval 5
+  const double first = m.front()["loss"], last = m.back()["loss"];
+  CHECK(first > 5.0);
+  CHECK(last < 2.6);
+  CHECK(last > 1.2);  // never below the entropy floor
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops_per_device", "mfu",
+                          "mem_peak_bytes", "time_s"})
+    CHECK(m.back().contains(key));
+  CHECK(m.back()["mfu"].is_null());  // CPU: no peak to compare with
+  CHECK(m.back()["mem_peak_bytes"].get<int64_t>() > 1000000);
+  CHECK(m.back()["step"] == 40);
+}
+
+TEST_CASE("train: resume continues with a bit-identical loss sequence", "[train]") {
+  TempDir dir;
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  const auto full = run(kTiny, with(kSmall, {"training.steps=8", "checkpoint.dir=" + a, "checkpoint.interval=4",
+                                             "checkpoint.keep=0", "logging.metrics_file=" + a + "/m.jsonl"}));
+  INFO(full.out << full.err);
+  REQUIRE(full.exit_code == 0);
+  REQUIRE(std::filesystem::exists(a + "/step-00000004/manifest.json"));
+  const auto resumed = run(kTiny, with(kSmall, {"training.steps=8", "checkpoint.dir=" + b,
+                                                "checkpoint.resume=" + a + "/step-00000004",
+                                                "logging.metrics_file=" + b + "/m.jsonl"}));
+  INFO(resumed.out << resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.out.find("resumed from") != std::string::npos);
+  const auto ma = read_metrics(a + "/m.jsonl"), mb = read_metrics(b + "/m.jsonl");
+  REQUIRE(ma.size() == 8);
+  REQUIRE(mb.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(mb[i]["step"] == ma[4 + i]["step"]);
+    CHECK(mb[i]["loss"].get<double>() == ma[4 + i]["loss"].get<double>());  // bit-identical
+    CHECK(mb[i]["grad_norm"].get<double>() == ma[4 + i]["grad_norm"].get<double>());
+  }
+  // checkpoint.resume=auto picks up the latest checkpoint in checkpoint.dir: nothing left to do.
+  const auto again = run(kTiny, with(kSmall, {"training.steps=8", "checkpoint.dir=" + a}));
+  CHECK(again.exit_code == 0);
+  CHECK(again.out.find("resumed from " + a + "/step-00000008") != std::string::npos);
+}
+
+TEST_CASE("train: one micro-batch of 8 and 8 micro-batches of 1 give the same updates", "[train]") {
+  TempDir dir;
+  const auto one = run(kTiny, with(kSmall, {"training.steps=4", "training.micro_batch_size=8",
+                                            "training.global_batch_size=8", "logging.metrics_file=" + dir.path() + "/1.jsonl"}));
+  const auto eight = run(kTiny, with(kSmall, {"training.steps=4", "training.micro_batch_size=1",
+                                              "training.global_batch_size=8", "logging.metrics_file=" + dir.path() + "/8.jsonl"}));
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(eight.exit_code == 0);
+  const auto m1 = read_metrics(dir.path() + "/1.jsonl"), m8 = read_metrics(dir.path() + "/8.jsonl");
+  REQUIRE(m1.size() == 4);
+  REQUIRE(m8.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    INFO("step " << i + 1);
+    CHECK(m8[i]["loss"].get<double>() == Approx(m1[i]["loss"].get<double>()).epsilon(1e-5));
+    CHECK(m8[i]["grad_norm"].get<double>() == Approx(m1[i]["grad_norm"].get<double>()).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("train: SIGTERM finishes the step and writes a checkpoint", "[train]") {
+  TempDir dir;
+  const auto r = run_process({"/usr/bin/timeout", "--preserve-status", "-s", "TERM", "5", trainer_binary(), "run",
+                              kTiny, "--set", "training.steps=100000", "--set", "optimizer.warmup_steps=10", "--set",
+                              "checkpoint.dir=" + dir.path() + "/ck", "--set", "logging.interval=1"},
+                             120, {"OMP_NUM_THREADS=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("stopping after step") != std::string::npos);
+  CHECK(r.out.find("checkpoint ") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.path() + "/ck/latest"));
+}
+
+TEST_CASE("train: a diverging run stops naming the step and the quantity", "[train]") {
+  const auto r = run(kTiny, with(kSmall, {"training.steps=20", "optimizer.lr=1e6", "optimizer.warmup_steps=0",
+                                          "training.grad_clip=0"}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  const bool named = r.err.find("the loss is") != std::string::npos || r.err.find("the gradient norm is") != std::string::npos;
+  CHECK(named);
+  CHECK(r.err.find("step ") != std::string::npos);
+}
+
+TEST_CASE("train: missing token files exit 2 naming the file before training", "[train]") {
+  const auto r = run(kTiny, {"data.source=tokens", "data.paths=[\"/nonexistent/corpus\"]"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("/nonexistent/corpus") != std::string::npos);
+  CHECK(r.out.find("step ") == std::string::npos);
+}
+
+TEST_CASE("train: tiny-moe trains and reports its load-balancing loss", "[train]") {
+  TempDir dir;
+  const auto r = run(kTinyMoe, {"training.steps=20", "logging.interval=5", "logging.metrics_file=" + dir.path() + "/m.jsonl"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto m = read_metrics(dir.path() + "/m.jsonl");
+  REQUIRE(m.size() == 4);
+  CHECK(m.back()["loss"].get<double>() < m.front()["loss"].get<double>() - 1.0);
+  REQUIRE(m.back().contains("aux_loss"));
+  CHECK(m.back()["aux_loss"].get<double>() > 0.9);  // 1 is perfect balance per layer, summed over 4 layers
+}
