@@ -35,7 +35,8 @@ RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, 
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
-  const at::Tensor x32 = x.to(at::kFloat);
+  // At least fp32 (bf16 inputs are upcast as in Hugging Face; fp64 stays fp64 for gradient checks).
+  const at::Tensor x32 = x.to(at::promote_types(x.scalar_type(), at::kFloat));
   const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight_ * normed.to(x.scalar_type());
 }

@@ -1,0 +1,80 @@
+// The attention core (SDPA, causal, grouped-query) against an explicit softmax(QK^T/sqrt(d) + mask) V.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "model/attention.h"
+#include "model/rotary.h"
+#include "model_test_util.h"
+
+using namespace trainer;
+using model_test::max_relative_error;
+using model_test::param;
+
+namespace {
+
+// q [B, h, T, d], k and v [B, kv, T, d]: query head i reads kv head i / (h / kv) (Hugging Face
+// repeat_kv), scores q.k / sqrt(d), keys after the query masked out, softmax written out.
+at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3), kv = k.size(1);
+  const int64_t group = h / kv;
+  const at::Tensor mask = at::ones({t, t}, at::kBool).triu(1);  // key j > query i
+  std::vector<at::Tensor> heads;
+  for (int64_t i = 0; i < h; ++i) {
+    const at::Tensor qi = q.select(1, i), ki = k.select(1, i / group), vi = v.select(1, i / group);
+    at::Tensor scores = at::matmul(qi, ki.transpose(-1, -2)) / std::sqrt(double(d));  // [B, T, T]
+    scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+    const at::Tensor e = at::exp(scores - std::get<0>(scores.max(-1, true)));
+    heads.push_back(at::matmul(e / e.sum(-1, true), vi));
+  }
+  (void)b;
+  return at::stack(heads, 1);
+}
+
+}  // namespace
+
+TEST_CASE("Attention::core equals the naive causal GQA reference in double", "[model][attention]") {
+  for (int64_t kv : {4, 2, 1}) {  // multi-head, grouped (2 queries per kv head), multi-query
+    CAPTURE(kv);
+    const at::Tensor q = model_test::randn({2, 4, 7, 8}, 1).requires_grad_(true);
+    const at::Tensor k = model_test::randn({2, kv, 7, 8}, 2).requires_grad_(true);
+    const at::Tensor v = model_test::randn({2, kv, 7, 8}, 3).requires_grad_(true);
+    const at::Tensor out = model::Attention::core(q, k, v);
+    const at::Tensor ref = naive_attention(q, k, v);
+    REQUIRE(out.sizes().vec() == std::vector<int64_t>{2, 4, 7, 8});
+    CHECK(out.scalar_type() == at::kDouble);
+    CHECK(max_relative_error(out, ref) < 1e-12);
+    // The first query sees only the first key: its output is v at position 0 of its kv head.
+    const int64_t group = 4 / kv;
+    for (int64_t i = 0; i < 4; ++i) CHECK(max_relative_error(out[1][i][0], v[1][i / group][0]) < 1e-12);
+    // Backward agrees too (grouped heads sum their kv gradients).
+    const at::Tensor g = model_test::randn({2, 4, 7, 8}, 4);
+    const auto grads = model_test::gradients((out * g).sum(), {q, k, v});
+    const auto ref_grads = model_test::gradients((ref * g).sum(), {q, k, v});
+    for (size_t j = 0; j < 3; ++j) CHECK(max_relative_error(grads[j], ref_grads[j]) < 1e-12);
+  }
+}
+
+TEST_CASE("Attention::forward is o_proj of the core of rope(q_proj x) - rope(k_proj x) - v_proj x", "[model][attention]") {
+  recipe::ModelConfig config = model_test::tiny_config();
+  model::ParameterSet params(model::ParameterOptions{3, 0.3, at::kDouble});
+  model::Attention attention(params, "model.layers.0.self_attn.", config, {});
+  model::Rotary rotary(config.head_dim, config.rope_theta, std::nullopt);
+  const int64_t b = 2, t = 5, h = 4, kv = 2, d = 6;
+  auto [cos, sin] = rotary.cos_sin(at::arange(t, at::kLong), at::kDouble);
+  const at::Tensor x = model_test::randn({b, t, 16}, 9);
+  auto project = [&](const std::string& name, int64_t heads) {
+    return at::matmul(x, param(params, "model.layers.0.self_attn." + name + ".weight").t())
+        .view({b, t, heads, d})
+        .transpose(1, 2);
+  };
+  const at::Tensor q = model::Rotary::apply(project("q_proj", h), cos, sin);
+  const at::Tensor k = model::Rotary::apply(project("k_proj", kv), cos, sin);
+  const at::Tensor v = project("v_proj", kv);
+  const at::Tensor core = naive_attention(q, k, v).transpose(1, 2).reshape({b, t, h * d});
+  const at::Tensor ref = at::matmul(core, param(params, "model.layers.0.self_attn.o_proj.weight").t());
+  CHECK(max_relative_error(attention.forward(x, cos, sin, false), ref) < 1e-12);
+  CHECK(max_relative_error(attention.forward(x, cos, sin, true), ref) < 1e-12);
+}

@@ -1,0 +1,328 @@
+// MoE routing, capacity, shared experts and the load-balancing loss against hand-computed values,
+// and the layer's gradient against central differences.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "model/moe.h"
+#include "model_test_util.h"
+
+using namespace trainer;
+using model_test::max_relative_error;
+using model_test::param;
+
+TEST_CASE("load_balancing_loss is N_E times sum_i f_i P_i on a hand-made routing", "[model][moe]") {
+  // 4 tokens, 2 experts. P = column means = (0.7+0.6+0.2+0.9)/4 = 0.6 and 0.4.
+  const at::Tensor probs =
+      at::tensor({0.7, 0.3, 0.6, 0.4, 0.2, 0.8, 0.9, 0.1}, at::kFloat).view({4, 2}).requires_grad_(true);
+  SECTION("top-1") {
+    // chosen 0, 0, 1, 0: f = (3/4, 1/4); loss = 2 * (0.75*0.6 + 0.25*0.4) = 1.1.
+    const at::Tensor chosen = at::tensor({0, 0, 1, 0}, at::kLong).view({4, 1});
+    const at::Tensor loss = model::load_balancing_loss(probs, chosen, 2);
+    CHECK(loss.dim() == 0);
+    CHECK(loss.scalar_type() == at::kFloat);
+    CHECK(loss.item<double>() == Approx(1.1).epsilon(1e-6));
+    // The counts carry no gradient: d loss / d probs[n][i] = N_E * f_i / N.
+    loss.backward();
+    const at::Tensor g = probs.grad();
+    for (int n = 0; n < 4; ++n) {
+      CHECK(g[n][0].item<double>() == Approx(2 * 0.75 / 4).epsilon(1e-6));
+      CHECK(g[n][1].item<double>() == Approx(2 * 0.25 / 4).epsilon(1e-6));
+    }
+  }
+  SECTION("top-2 over two experts: every token picks both, f = 1/2") {
+    const at::Tensor chosen = at::tensor({0, 1, 1, 0, 1, 0, 0, 1}, at::kLong).view({4, 2});
+    CHECK(model::load_balancing_loss(probs, chosen, 2).item<double>() == Approx(2 * (0.5 * 0.6 + 0.5 * 0.4)));
+  }
+  SECTION("an unbalanced routing with 3 experts, one never chosen") {
+    const at::Tensor p3 = at::tensor({0.5, 0.3, 0.2, 0.1, 0.6, 0.3}, at::kFloat).view({2, 3});
+    const at::Tensor chosen = at::tensor({0, 1}, at::kLong).view({2, 1});
+    // f = (1/2, 1/2, 0), P = (0.3, 0.45, 0.25): 3 * (0.15 + 0.225) = 1.125.
+    CHECK(model::load_balancing_loss(p3, chosen, 3).item<double>() == Approx(1.125).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("perfectly balanced routing gives a load-balancing loss of 1", "[model][moe]") {
+  for (int64_t experts : {2, 4, 8}) {
+    CAPTURE(experts);
+    const int64_t tokens = 2 * experts;
+    const at::Tensor probs = at::full({tokens, experts}, 1.0 / double(experts), at::kFloat);
+    const at::Tensor chosen = at::arange(tokens, at::kLong).remainder(experts).view({tokens, 1});
+    CHECK(model::load_balancing_loss(probs, chosen, experts).item<double>() == Approx(1.0).epsilon(1e-6));
+    // Top-2, each expert chosen equally often.
+    const at::Tensor chosen2 =
+        at::stack({at::arange(tokens, at::kLong).remainder(experts), (at::arange(tokens, at::kLong) + 1).remainder(experts)}, 1);
+    CHECK(model::load_balancing_loss(probs, chosen2, experts).item<double>() == Approx(1.0).epsilon(1e-6));
+  }
+}
+
+namespace {
+
+constexpr int64_t kHidden = 6, kExperts = 4, kTokens = 6;
+
+recipe::ModelConfig moe_config(int64_t top_k, int64_t shared, std::optional<double> capacity) {
+  recipe::ModelConfig c;
+  c.hidden_size = kHidden;
+  recipe::MoeConfig moe;
+  moe.num_local_experts = kExperts;
+  moe.num_experts_per_tok = top_k;
+  moe.moe_intermediate_size = 5;
+  moe.num_shared_experts = shared;
+  moe.capacity_factor = capacity;
+  c.moe = moe;
+  return c;
+}
+
+const std::string kPrefix = "model.layers.0.block_sparse_moe.";
+
+// Token t leans on expert primary[t] (router logit 10) and then secondary[t] (logit 5); the router
+// does not see the last two hidden dimensions.
+const std::vector<int64_t> primary = {0, 1, 0, 2, 0, 0};
+const std::vector<int64_t> secondary = {1, 2, 3, 0, 3, 1};
+
+at::Tensor routed_tokens() {
+  at::Tensor x = at::zeros({kTokens, kHidden}, at::kDouble);
+  const at::Tensor noise = model_test::randn({kTokens, 2}, 17);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    x[t][primary[t]] = 1.0;
+    x[t][secondary[t]] = 0.5;
+    x[t].narrow(0, 4, 2).copy_(noise[t]);
+  }
+  return x.view({2, 3, kHidden});  // [B, T, hidden]: the layer flattens tokens in order
+}
+
+struct MoeLayer {
+  model::ParameterSet params;
+  model::Moe moe;
+  MoeLayer(int64_t top_k, int64_t shared, std::optional<double> capacity, bool known_router = true)
+      : params(model::ParameterOptions{21, 0.5, at::kDouble}) {
+    moe = model::Moe(params, kPrefix, moe_config(top_k, shared, capacity), {});
+    if (known_router) {
+      at::NoGradGuard no_grad;
+      at::Tensor w = param(params, kPrefix + "gate.weight");  // [E, hidden]
+      w.zero_();
+      for (int64_t e = 0; e < kExperts; ++e) w[e][e] = 10.0;
+    }
+  }
+  at::Tensor swiglu(const std::string& prefix, const std::string& gate, const std::string& up,
+                    const std::string& down, const at::Tensor& x) const {
+    const at::Tensor g = at::matmul(x, param(params, prefix + gate).t());
+    const at::Tensor u = at::matmul(x, param(params, prefix + up).t());
+    return at::matmul(g * at::sigmoid(g) * u, param(params, prefix + down).t());
+  }
+  at::Tensor expert(int64_t e, const at::Tensor& x) const {
+    return swiglu(kPrefix + "experts." + std::to_string(e) + ".", "w1.weight", "w3.weight", "w2.weight", x);
+  }
+};
+
+// Reference routing: softmax of the router logits in double, top-k written out, weights renormalised,
+// and with a capacity the assignments beyond it (in token order) dropped.
+struct Reference {
+  at::Tensor output, probs, chosen;
+  std::vector<int64_t> tokens_per_expert;
+};
+
+Reference reference(const MoeLayer& layer, const at::Tensor& x3, int64_t top_k, std::optional<double> capacity) {
+  const at::Tensor x = x3.reshape({-1, kHidden});
+  const int64_t n = x.size(0);
+  const at::Tensor probs = at::softmax(at::matmul(x, param(layer.params, kPrefix + "gate.weight").t()), -1);
+  const int64_t cap = capacity ? int64_t(std::ceil(*capacity * double(n * top_k) / kExperts)) : n * top_k;
+  Reference r;
+  r.probs = probs;
+  r.chosen = at::zeros({n, top_k}, at::kLong);
+  r.tokens_per_expert.assign(kExperts, 0);
+  std::vector<at::Tensor> rows;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (int64_t e = 0; e < kExperts; ++e) ranked.push_back({probs[t][e].item<double>(), e});
+    std::sort(ranked.rbegin(), ranked.rend());
+    double total = 0;
+    for (int64_t j = 0; j < top_k; ++j) total += ranked[j].first;
+    at::Tensor row = at::zeros({kHidden}, at::kDouble);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = ranked[j].second;
+      r.chosen[t][j] = e;
+      if (r.tokens_per_expert[e] >= cap) continue;  // dropped: later tokens lose this expert
+      ++r.tokens_per_expert[e];
+      row = row + ranked[j].first / total * layer.expert(e, x[t].unsqueeze(0))[0];
+    }
+    rows.push_back(row);
+  }
+  r.output = at::stack(rows).view(x3.sizes());
+  return r;
+}
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+double hand_aux_loss(const at::Tensor& probs, const at::Tensor& chosen) {
+  const int64_t n = probs.size(0), k = chosen.size(1);
+  double loss = 0;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const double f = double((chosen == e).sum().item<int64_t>()) / double(n * k);
+    loss += f * probs.select(1, e).mean().item<double>();
+  }
+  return kExperts * loss;
+}
+
+}  // namespace
+
+TEST_CASE("Moe routes each token to its known top-k experts and mixes their SwiGLU outputs", "[model][moe]") {
+  const at::Tensor x = routed_tokens();
+  SECTION("top-1") {
+    MoeLayer layer(1, 0, std::nullopt);
+    const model::MoeOutput out = layer.moe.forward(x);
+    CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{4, 1, 1, 0});
+    CHECK(out.output.sizes() == x.sizes());
+    CHECK(out.output.scalar_type() == at::kDouble);
+    // Top-1: the weight is 1, the output is the primary expert's.
+    const at::Tensor flat = x.view({-1, kHidden}), y = out.output.view({-1, kHidden});
+    for (int64_t t = 0; t < kTokens; ++t)
+      CHECK(max_relative_error(y[t], layer.expert(primary[t], flat[t].unsqueeze(0))[0]) < 1e-6);
+    const Reference ref = reference(layer, x, 1, std::nullopt);
+    CHECK(to_vector(ref.chosen.view({-1})) == primary);
+    CHECK(max_relative_error(out.output, ref.output) < 1e-12);
+    CHECK(out.aux_loss.scalar_type() == at::kFloat);
+    CHECK(out.aux_loss.item<double>() == Approx(hand_aux_loss(ref.probs, ref.chosen)).epsilon(1e-6));
+  }
+  SECTION("top-2") {
+    MoeLayer layer(2, 0, std::nullopt);
+    const model::MoeOutput out = layer.moe.forward(x);
+    // Expert 0: tokens 0, 2, 3, 4, 5; expert 1: 0, 1, 5; expert 2: 1, 3; expert 3: 2, 4.
+    CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{5, 3, 2, 2});
+    const Reference ref = reference(layer, x, 2, std::nullopt);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      CHECK(ref.chosen[t][0].item<int64_t>() == primary[t]);
+      CHECK(ref.chosen[t][1].item<int64_t>() == secondary[t]);
+    }
+    // Token 0 by hand: probabilities of experts 0 and 1 renormalised over the pair.
+    const at::Tensor x0 = x.view({-1, kHidden})[0].unsqueeze(0);
+    const double p0 = ref.probs[0][0].item<double>(), p1 = ref.probs[0][1].item<double>();
+    const at::Tensor y0 = p0 / (p0 + p1) * layer.expert(0, x0)[0] + p1 / (p0 + p1) * layer.expert(1, x0)[0];
+    // The router's softmax runs in fp32 (as in Hugging Face Mixtral), so weights are fp32-accurate.
+    CHECK(max_relative_error(out.output.view({-1, kHidden})[0], y0) < 1e-6);
+    CHECK(max_relative_error(out.output, ref.output) < 1e-6);
+    CHECK(out.aux_loss.item<double>() == Approx(hand_aux_loss(ref.probs, ref.chosen)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("capacity_factor drops the tokens beyond capacity in token order", "[model][moe]") {
+  const at::Tensor x = routed_tokens();
+  const at::Tensor flat = x.view({-1, kHidden});
+  SECTION("top-1, factor 1: capacity ceil(6/4) = 2") {
+    MoeLayer layer(1, 0, 1.0);
+    const model::MoeOutput out = layer.moe.forward(x);
+    CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{2, 1, 1, 0});
+    const at::Tensor y = out.output.view({-1, kHidden});
+    // Expert 0 keeps tokens 0 and 2; tokens 4 and 5 are dropped and get a zero output.
+    CHECK(max_relative_error(y[2], layer.expert(0, flat[2].unsqueeze(0))[0]) < 1e-6);
+    CHECK(at::equal(y[4], at::zeros({kHidden}, at::kDouble)));
+    CHECK(at::equal(y[5], at::zeros({kHidden}, at::kDouble)));
+    CHECK(max_relative_error(y[3], layer.expert(2, flat[3].unsqueeze(0))[0]) < 1e-6);
+    CHECK(max_relative_error(out.output, reference(layer, x, 1, 1.0).output) < 1e-12);
+  }
+  SECTION("top-1, factor 2: capacity 3") {
+    MoeLayer layer(1, 0, 2.0);
+    const model::MoeOutput out = layer.moe.forward(x);
+    CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{3, 1, 1, 0});
+    CHECK(at::equal(out.output.view({-1, kHidden})[5], at::zeros({kHidden}, at::kDouble)));
+    CHECK(out.output.view({-1, kHidden})[4].abs().sum().item<double>() > 0);
+  }
+  SECTION("top-2, factor 1: capacity ceil(12/4) = 3") {
+    MoeLayer layer(2, 0, 1.0);
+    const model::MoeOutput out = layer.moe.forward(x);
+    // Expert 0 keeps tokens 0, 2, 3 and drops 4, 5; the others fit.
+    CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{3, 3, 2, 2});
+    const Reference ref = reference(layer, x, 2, 1.0);
+    CHECK(ref.tokens_per_expert == std::vector<int64_t>{3, 3, 2, 2});
+    // Token 4 keeps only its second expert (3), with its unrenormalised top-2 weight.
+    const double p0 = ref.probs[4][0].item<double>(), p3 = ref.probs[4][3].item<double>();
+    CHECK(max_relative_error(out.output.view({-1, kHidden})[4],
+                             p3 / (p0 + p3) * layer.expert(3, flat[4].unsqueeze(0))[0]) < 1e-6);
+    CHECK(max_relative_error(out.output, ref.output) < 1e-6);
+    // The auxiliary loss counts the routing before capacity.
+    CHECK(out.aux_loss.item<double>() == Approx(hand_aux_loss(ref.probs, ref.chosen)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("shared experts add their output for every token", "[model][moe]") {
+  const at::Tensor x = routed_tokens();
+  MoeLayer routed(2, 0, std::nullopt), with_shared(2, 2, std::nullopt);
+  const std::string shared = kPrefix + "shared_experts.";
+  // Two shared experts are one SwiGLU of width 2 * 5 (the routed experts are the same tensors).
+  CHECK(param(with_shared.params, shared + "gate_proj.weight").sizes().vec() == std::vector<int64_t>{10, kHidden});
+  CHECK(at::equal(param(routed.params, kPrefix + "experts.3.w2.weight"),
+                  param(with_shared.params, kPrefix + "experts.3.w2.weight")));
+  const model::MoeOutput a = routed.moe.forward(x), b = with_shared.moe.forward(x);
+  CHECK(at::equal(a.tokens_per_expert, b.tokens_per_expert));
+  const at::Tensor expected =
+      a.output + with_shared.swiglu(shared, "gate_proj.weight", "up_proj.weight", "down_proj.weight", x);
+  CHECK(max_relative_error(b.output, expected) < 1e-12);
+  // With a capacity, a dropped token still gets the shared experts' output.
+  MoeLayer capped(1, 1, 1.0);
+  const at::Tensor y = capped.moe.forward(x).output.view({-1, kHidden});
+  const at::Tensor shared5 =
+      capped.swiglu(shared, "gate_proj.weight", "up_proj.weight", "down_proj.weight", x.view({-1, kHidden})[5]);
+  CHECK(max_relative_error(y[5], shared5) < 1e-12);
+}
+
+TEST_CASE("Moe gradients match central differences with the routing held fixed", "[model][moe]") {
+  for (int64_t top_k : {1, 2}) {
+    CAPTURE(top_k);
+    MoeLayer layer(top_k, 1, std::nullopt, /*known_router=*/false);
+    const at::Tensor x = model_test::randn({2, 4, kHidden}, 31).requires_grad_(true);
+    const at::Tensor g = model_test::randn({2, 4, kHidden}, 32);
+    // The routing must not flip under the perturbations: a margin between the k-th and the
+    // (k+1)-th router probability of every token, and the same chosen experts at every evaluation.
+    const auto router_probs = [&] {
+      at::NoGradGuard no_grad;
+      return at::softmax(at::matmul(x.view({-1, kHidden}), param(layer.params, kPrefix + "gate.weight").t()), -1);
+    };
+    const at::Tensor sorted = std::get<0>(router_probs().sort(-1, /*descending=*/true));
+    REQUIRE((sorted.select(1, top_k - 1) - sorted.select(1, top_k)).min().item<double>() > 1e-2);
+    const at::Tensor chosen = std::get<1>(router_probs().topk(top_k, -1));
+    const model::MoeOutput base = layer.moe.forward(x);
+    const auto loss_of = [&] {
+      REQUIRE(at::equal(std::get<1>(router_probs().topk(top_k, -1)), chosen));
+      const model::MoeOutput out = layer.moe.forward(x);
+      REQUIRE(at::equal(out.tokens_per_expert, base.tokens_per_expert));
+      return ((out.output * g).sum() + 0.5 * out.aux_loss.to(at::kDouble)).item<double>();
+    };
+    model_test::clear_grads(layer.params);
+    ((base.output * g).sum() + 0.5 * base.aux_loss.to(at::kDouble)).backward();
+
+    // Expert weights: the routing is untouched and everything they touch is double: tight.
+    std::vector<std::string> expert_names = {kPrefix + "shared_experts.up_proj.weight"};
+    for (int64_t e = 0; e < kExperts; ++e) {
+      if (base.tokens_per_expert[e].item<int64_t>() == 0) continue;
+      for (const char* w : {"w1", "w2", "w3"})
+        expert_names.push_back(kPrefix + "experts." + std::to_string(e) + "." + w + ".weight");
+    }
+    for (const auto& name : expert_names) {
+      const at::Tensor w = param(layer.params, name);
+      REQUIRE(w.grad().defined());
+      for (int64_t index : {int64_t(0), w.numel() / 2 + 1, w.numel() - 1}) {
+        CAPTURE(name, index);
+        const double fd = model_test::central_difference4(w, index, 1e-3, loss_of);
+        CHECK(w.grad().view({-1})[index].item<double>() == Approx(fd).epsilon(1e-8).margin(1e-10));
+      }
+    }
+    // The input and the router pass through the router softmax and the auxiliary loss, both fp32
+    // even in a double model (Hugging Face Mixtral's choice): a larger step, and a tolerance for
+    // fp32 rounding (measured worst error 1e-5 absolute).
+    const at::Tensor gate = param(layer.params, kPrefix + "gate.weight");
+    for (const auto& [w, name] : std::vector<std::pair<at::Tensor, std::string>>{{x, "x"}, {gate, "gate"}}) {
+      for (int64_t index : {int64_t(0), int64_t(7), w.numel() - 1}) {
+        CAPTURE(name, index);
+        const double fd = model_test::central_difference4(w, index, 1e-2, loss_of);
+        CHECK(w.grad().view({-1})[index].item<double>() == Approx(fd).epsilon(1e-3).margin(1e-4));
+      }
+    }
+  }
+}
