@@ -1,11 +1,18 @@
-// trainer run RECIPE [--set K=V]... [--nproc-per-node N] [--dry-run]
+// trainer run RECIPE [--set K=V]... [--nproc-per-node N] [--dry-run] [--cpu]
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <memory>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "commands.h"
+#include "core/error.h"
+#include "mesh/process_groups.h"
 #include "recipe/load.h"
+#include "runtime/launch_env.h"
+#include "runtime/local_launcher.h"
+#include "runtime/rendezvous.h"
 #include "runtime/stop_signal.h"
 #include "train/trainer.h"
 
@@ -19,26 +26,87 @@ struct RunOptions {
   int nproc_per_node = 1;
   bool dry_run = false;
   bool cpu = false;
+  std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
+
+// Parallel features whose runtime has not landed yet are refused before anything starts.
+void check_supported(const recipe::Recipe& r, const std::string& source) {
+  std::vector<std::string> problems;
+  const auto& p = r.parallel;
+  for (auto [name, value] : {std::pair{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}})
+    if (value != 1)
+      problems.push_back(fmt::format("parallel.{}={}: this build trains with data parallelism only (tp, pp, cp, ep "
+                                     "and etp must be 1); `trainer validate` and the estimator accept it",
+                                     name, value));
+  if (p.zero > 1)
+    problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", p.zero));
+  if (!problems.empty()) throw RecipeError(source, problems);
+}
+
+int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env) {
+  recipe::LoadOptions load;
+  load.overrides = options.overrides;
+  load.world_size = env.world_size;
+  const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+  check_supported(loaded.recipe, loaded.source);
+  runtime::StopSignal::install();
+
+  std::unique_ptr<mesh::ProcessGroups> groups;
+  if (env.world_size == 1) {
+    groups = mesh::single_process_groups();
+  } else {
+    const auto timeout = std::chrono::seconds(int64_t(loaded.recipe.parallel.collective_timeout_s));
+    const auto store = runtime::connect_rendezvous(env, timeout);
+    auto context = std::make_shared<comm::CommContext>();
+    context->global_rank = env.rank;
+    context->timeout = std::chrono::milliseconds(int64_t(loaded.recipe.parallel.collective_timeout_s * 1000));
+    const bool one_node = env.local_world_size == env.world_size;
+    groups = std::make_unique<mesh::ProcessGroups>(mesh::RankLayout(*loaded.mesh), env.rank, store, context,
+                                                   one_node ? "127.0.0.1" : "");
+  }
+  train::TrainOptions train_options;
+  train_options.force_cpu = options.cpu;
+  train_options.local_rank = env.local_rank;
+  const train::TrainSummary summary = train::train(loaded, *groups, train_options);
+  if (env.rank == 0)
+    std::printf("%s after step %lld of %lld; last loss %.4f%s\n", summary.stopped_by_signal ? "stopped" : "finished",
+                (long long)summary.steps_completed, (long long)loaded.recipe.training.steps, summary.last_loss,
+                summary.last_checkpoint.empty() ? "" : fmt::format("; checkpoint {}", summary.last_checkpoint).c_str());
+  return 0;
+}
 
 int run_training(const RunOptions& options) {
   if (options.dry_run)
     return not_available("run --dry-run", "the memory and time estimator is delivered by its own work item");
-  if (options.nproc_per_node > 1)
-    return not_available("run --nproc-per-node", "multi-process training arrives with the distributed runtime");
-  recipe::LoadOptions load;
-  load.overrides = options.overrides;
-  load.world_size = 1;
-  const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-  runtime::StopSignal::install();
-  train::TrainOptions train_options;
-  train_options.force_cpu = options.cpu;
-  const train::TrainSummary summary = train::train(loaded, train_options);
-  std::printf("%s after step %lld of %lld; last loss %.4f%s\n",
-              summary.stopped_by_signal ? "stopped" : "finished", (long long)summary.steps_completed,
-              (long long)loaded.recipe.training.steps, summary.last_loss,
-              summary.last_checkpoint.empty() ? "" : fmt::format("; checkpoint {}", summary.last_checkpoint).c_str());
-  return 0;
+  const runtime::LaunchEnvironment env = runtime::detect_launch_environment();
+  if (env.launcher == "none" && options.nproc_per_node > 1) {
+    // Check the recipe once here, so a bad one fails before any worker starts.
+    recipe::LoadOptions load;
+    load.overrides = options.overrides;
+    load.world_size = options.nproc_per_node;
+    check_supported(recipe::load_recipe(options.recipe_path, load).recipe, options.recipe_path);
+    runtime::LocalLaunchOptions launch;
+    launch.nproc = options.nproc_per_node;
+    launch.argv = options.argv;
+    return runtime::launch_local_workers(launch);
+  }
+  if (env.launcher != "none" && options.nproc_per_node > 1)
+    throw UserError(fmt::format("--nproc-per-node {} given, but the job was already started by a launcher ({}, "
+                                "world size {}); drop --nproc-per-node",
+                                options.nproc_per_node, env.launcher, env.world_size));
+  if (env.world_size == 1) return run_worker(options, env);
+  // Several ranks: name this one in every error, so the failing rank is obvious in the job's log.
+  try {
+    return run_worker(options, env);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "rank %lld: error: %s\n", (long long)env.rank, e.what());
+    return kExitUsageError;
+  } catch (const std::exception& e) {
+    const std::string text = e.what();
+    std::fprintf(stderr, "%s%s\n", text.rfind("rank ", 0) == 0 ? "" : fmt::format("rank {}: ", env.rank).c_str(),
+                 text.c_str());
+    return kExitRuntimeFailure;
+  }
 }
 
 }  // namespace
@@ -54,7 +122,16 @@ CommandAction add_run_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber);
   command->add_flag("--dry-run", options->dry_run, "Predict memory and step time (same as `trainer estimate`)");
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
-  return [options] { return run_training(*options); };
+  return [options, &parent] {
+    // The workers get the same command line minus --nproc-per-node.
+    options->argv = {"trainer", "run", options->recipe_path};
+    for (const auto& o : options->overrides) {
+      options->argv.push_back("--set");
+      options->argv.push_back(o);
+    }
+    if (options->cpu) options->argv.push_back("--cpu");
+    return run_training(*options);
+  };
 }
 
 }  // namespace trainer::app

@@ -55,6 +55,9 @@ struct ParallelConfig {
   int64_t zero = 0;
   std::string pipeline_schedule = "1f1b";
   std::string cp_method = "ring";
+  double grad_bucket_mb = 40.0;
+  bool overlap_grad_reduce = true;
+  double collective_timeout_s = 600.0;
 };
 
 struct TrainingConfig {

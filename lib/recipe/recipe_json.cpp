@@ -117,6 +117,9 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.zero = get_int(d, "parallel.zero");
   p.pipeline_schedule = get<std::string>(d, "parallel.pipeline_schedule");
   p.cp_method = get<std::string>(d, "parallel.cp_method");
+  p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
+  p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
+  p.collective_timeout_s = get<double>(d, "parallel.collective_timeout_s");
 
   auto& t = r.training;
   t.seq_len = get_int(d, "training.seq_len");
@@ -206,7 +209,8 @@ json recipe_to_json(const Recipe& r) {
       {"parallel",
        {{"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
-        {"cp_method", p.cp_method}}},
+        {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
+        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"collective_timeout_s", p.collective_timeout_s}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},
         {"global_batch_size", optional_json(t.global_batch_size)}, {"steps", t.steps}, {"seed", t.seed},

@@ -130,6 +130,14 @@ std::vector<KeySpec> build_schema() {
                           "over the data- and context-parallel ranks."), 0, 3));
   s.push_back(one_of(key("parallel.pipeline_schedule", K::String, "1f1b", "Pipeline schedule."),
                      {"gpipe", "1f1b", "interleaved_1f1b"}));
+  s.push_back(positive(key("parallel.grad_bucket_mb", K::Number, 40.0,
+                           "Size of the data-parallel gradient buckets in MiB; each bucket's reduction starts as "
+                           "soon as its last gradient is ready.")));
+  s.push_back(key("parallel.overlap_grad_reduce", K::Boolean, true,
+                  "Start bucket reductions during backward (false: all after backward, for comparison)."));
+  s.push_back(positive(key("parallel.collective_timeout_s", K::Number, 600.0,
+                           "A collective (or the rendezvous) that takes longer fails the job, naming the operation, "
+                           "the group and the step.")));
   s.push_back(one_of(key("parallel.cp_method", K::String, "ring",
                          "Context parallelism: ring attention (K/V passed around) or Ulysses (all-to-all of heads)."),
                      {"ring", "ulysses"}));

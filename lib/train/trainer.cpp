@@ -21,10 +21,10 @@
 #include "metrics/step_metrics.h"
 #include "metrics/throughput.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "runtime/stop_signal.h"
 #include "train/batch.h"
+#include "train/optimizer_driver.h"
 #include "train/training_state.h"
 
 namespace trainer::train {
@@ -38,7 +38,7 @@ std::string first_non_finite_gradient(model::Transformer& model) {
     const at::Tensor& g = p.tensor.grad();
     if (g.defined() && !at::isfinite(g).all().item<bool>()) return p.name;
   }
-  return "";
+  return "none on this rank";
 }
 
 std::optional<std::string> resume_path(const recipe::Recipe& r) {
@@ -50,14 +50,23 @@ std::optional<std::string> resume_path(const recipe::Recipe& r) {
 
 }  // namespace
 
-TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& options) {
+TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, const TrainOptions& options) {
   const recipe::Recipe& r = loaded.recipe;
-  if (!loaded.mesh || loaded.mesh->world_size != 1)
-    throw std::logic_error("train() runs one process; the recipe must be resolved at world size 1");
-  const recipe::MeshShape& mesh = *loaded.mesh;
+  const recipe::MeshShape& mesh = loaded.mesh.value();
+  comm::Communicator& dp = groups.get(mesh::GroupKind::Dp);
+  comm::Communicator& world = groups.world();
+  const bool rank0 = groups.global_rank() == 0;
+  FILE* log = rank0 ? options.log : nullptr;
+  auto say = [&](const std::string& line) {
+    if (!log) return;
+    std::fputs((line + "\n").c_str(), log);
+    std::fflush(log);
+  };
 
-  const bool on_gpu = !options.force_cpu && at::hasCUDA();
-  const c10::Device device = on_gpu ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
+  const bool on_gpu = !options.force_cpu && at::hasCUDA() && options.local_rank < int64_t(at::getNumGPUs());
+  const c10::Device device =
+      on_gpu ? c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.local_rank)) : c10::Device(c10::DeviceType::CPU);
+  if (on_gpu) c10::cuda::set_device(c10::DeviceIndex(options.local_rank));
   if (!on_gpu) metrics::CpuMemoryTracker::install();
 
   // Data first: bad files are user errors and must come before any heavy work.
@@ -70,40 +79,39 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
   model_options.device = device;
   model_options.recompute = model::parse_recompute(r.training.recompute);
   model::Transformer model(model_options);
-  optim::AdamW optimizer(model.parameters().all(), r.optimizer);
+  OptimizerDriver optimizer(model, r, dp);
 
   Progress progress;
   if (const auto path = resume_path(r)) {
     const checkpoint::LoadedCheckpoint checkpoint(*path);
-    progress = restore_training_state(checkpoint, model, optimizer);
-    std::fprintf(options.log, "resumed from %s at step %lld (%lld samples consumed)\n", checkpoint.path().c_str(),
-                 (long long)progress.step, (long long)progress.consumed_samples);
+    progress = restore_model(checkpoint, model);
+    optimizer.load_whole_state(read_optimizer_state(checkpoint),
+                               checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
+    say(fmt::format("resumed from {} at step {} ({} samples consumed)", checkpoint.path(), progress.step,
+                    progress.consumed_samples));
   }
 
   const estimate::ModelCounts counts = estimate::count_model(r.model, r.training.seq_len);
   std::optional<double> peak_tflops;
   std::string device_name = "CPU";
   if (on_gpu) {
-    device_name = at::cuda::getDeviceProperties(0)->name;
+    device_name = at::cuda::getDeviceProperties(device.index())->name;
     if (auto gpu = metrics::gpu_peak_for_device_name(device_name))
       peak_tflops = metrics::dense_peak_tflops(*gpu, r.training.dtype);
   }
   const int64_t seq_len = r.training.seq_len;
   const int64_t global_tokens = mesh.global_batch_size * seq_len;
   const std::optional<double> floor = dataset->entropy_floor();
-  std::fprintf(options.log,
-               "model: %s parameters (%s active), %s FLOPs/token | data: %s | device: %s %s | global batch %lld x %lld "
-               "tokens (%lld micro-batches of %lld)\n",
-               metrics::format_count(double(counts.total_params)).c_str(),
-               metrics::format_count(double(counts.active_params)).c_str(),
-               metrics::format_count(counts.flops_per_token).c_str(), dataset->describe().c_str(), device_name.c_str(),
-               r.training.dtype.c_str(), (long long)mesh.global_batch_size, (long long)seq_len,
-               (long long)mesh.grad_accum_steps, (long long)r.training.micro_batch_size);
-  if (floor) std::fprintf(options.log, "loss floor of this data: %.4f nats/token\n", *floor);
-  std::fflush(options.log);
+  say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {} | device: {} {} x {} | global batch "
+                  "{} x {} tokens ({} micro-batches of {} per rank) | {}",
+                  metrics::format_count(double(counts.total_params)), metrics::format_count(double(counts.active_params)),
+                  metrics::format_count(counts.flops_per_token), dataset->describe(), mesh.world_size, device_name,
+                  r.training.dtype, mesh.global_batch_size, seq_len, mesh.grad_accum_steps, r.training.micro_batch_size,
+                  optimizer.describe()));
+  if (floor) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor));
 
   std::unique_ptr<metrics::MetricsFile> metrics_file;
-  if (r.logging.metrics_file) metrics_file = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
+  if (rank0 && r.logging.metrics_file) metrics_file = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
 
   auto reset_peak_memory = [on_gpu] {
     if (on_gpu)
@@ -119,42 +127,55 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
   double time_in_steps = 0;
   int64_t steps_this_run = 0;
 
+  // Collective: every rank takes part (ZeRO-1 gathers its shards); rank 0 writes.
   auto save = [&](const char* why) {
     if (!r.checkpoint.dir) return;
     const auto t0 = Clock::now();
-    summary.last_checkpoint = checkpoint::save_checkpoint(
-        *r.checkpoint.dir, capture_training_state(model, optimizer, loaded, progress), r.checkpoint.keep);
-    std::fprintf(options.log, "checkpoint %s (%s) written in %.2f s\n", summary.last_checkpoint.c_str(), why,
-                 std::chrono::duration<double>(Clock::now() - t0).count());
-    std::fflush(options.log);
+    const auto content = capture_training_state(model, optimizer.whole_state(), optimizer.steps_taken(), loaded, progress);
+    if (rank0) summary.last_checkpoint = checkpoint::save_checkpoint(*r.checkpoint.dir, content, r.checkpoint.keep);
+    world.barrier();
+    say(fmt::format("checkpoint {} ({}) written in {:.2f} s", summary.last_checkpoint, why,
+                    std::chrono::duration<double>(Clock::now() - t0).count()));
   };
 
+  const auto scalars = at::TensorOptions().dtype(at::kDouble);
   while (progress.step < r.training.steps) {
     const auto step_start = Clock::now();
     const int64_t step = progress.step;
+    groups.context().step = step + 1;
     const double lr = optim::learning_rate(r.optimizer, r.training.steps, step);
 
+    optimizer.begin_step();
     double loss_sum = 0, aux_sum = 0;
     for (int64_t micro = 0; micro < mesh.grad_accum_steps; ++micro) {
-      const uint64_t first = first_sample_of(uint64_t(progress.consumed_samples), /*dp_rank=*/0,
+      const uint64_t first = first_sample_of(uint64_t(progress.consumed_samples), groups.coordinates().dp,
                                              mesh.grad_accum_steps, micro, r.training.micro_batch_size);
       const MicroBatch batch = make_micro_batch(*dataset, first, r.training.micro_batch_size, seq_len, device);
       const model::ForwardOutput out = model.forward(batch.inputs, batch.targets);
       at::Tensor loss = out.loss_sum / double(global_tokens);
-      if (aux_coef > 0) loss = loss + out.aux_loss * (aux_coef / double(mesh.grad_accum_steps));
+      if (aux_coef > 0) loss = loss + out.aux_loss * (aux_coef / double(mesh.grad_accum_steps * mesh.dp));
+      optimizer.begin_micro_batch(micro + 1 == mesh.grad_accum_steps);
       loss.backward();
+      optimizer.end_micro_batch();
       loss_sum += out.loss_sum.item<double>();
       aux_sum += out.aux_loss.item<double>();
     }
-    const double step_loss = loss_sum / double(global_tokens);
+    optimizer.finish_gradients();
+    // The step's loss over all data-parallel ranks, and whether any rank was asked to stop.
+    at::Tensor totals = at::tensor({loss_sum, aux_sum}, scalars);
+    dp.all_reduce(totals, comm::ReduceOp::Sum)->wait();
+    at::Tensor stop = at::tensor({runtime::StopSignal::requested() ? 1.0 : 0.0}, scalars);
+    world.all_reduce(stop, comm::ReduceOp::Max)->wait();
+    const double step_loss = totals[0].item<double>() / double(global_tokens);
+    const double step_aux = totals[1].item<double>() / double(mesh.grad_accum_steps * mesh.dp);
     if (!std::isfinite(step_loss))
       throw std::runtime_error(fmt::format("step {}: the loss is {} (training diverged; lower optimizer.lr or "
                                            "check the data)", step + 1, step_loss));
-    const double grad_norm = optim::global_grad_norm(model.parameters().all()).item<double>();
+    const double grad_norm = optimizer.grad_norm();
     if (!std::isfinite(grad_norm))
       throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (first non-finite gradient: {})",
                                            step + 1, grad_norm, first_non_finite_gradient(model)));
-    optim::clip_gradients(model.parameters().all(), r.training.grad_clip, grad_norm);
+    optimizer.clip(r.training.grad_clip, grad_norm);
     optimizer.step(lr);
     optimizer.zero_grad();
     progress.step += 1;
@@ -172,8 +193,8 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
       m.loss = step_loss;
       m.lr = lr;
       m.grad_norm = grad_norm;
-      const auto throughput = metrics::measure_throughput(global_tokens, seconds, counts.flops_per_token,
-                                                          mesh.world_size, peak_tflops);
+      const auto throughput =
+          metrics::measure_throughput(global_tokens, seconds, counts.flops_per_token, mesh.world_size, peak_tflops);
       m.tokens_per_s = throughput.tokens_per_s;
       m.tflops_per_device = throughput.tflops_per_device;
       m.mfu = throughput.mfu;
@@ -183,25 +204,27 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, const TrainOptions& optio
       m.eta_s = time_in_steps / double(steps_this_run) * double(r.training.steps - progress.step);
       m.extra = {{"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start).count()},
                  {"consumed_samples", progress.consumed_samples}};
-      if (r.model.moe) m.extra["aux_loss"] = aux_sum / double(mesh.grad_accum_steps);
+      if (r.model.moe) m.extra["aux_loss"] = step_aux;
       if (floor) m.extra["loss_floor"] = *floor;
-      std::fprintf(options.log, "%s\n", metrics::format_console_line(m).c_str());
-      std::fflush(options.log);
+      if (const auto* overlap = optimizer.overlap())
+        m.extra["dp_overlap"] = {{"buckets", overlap->buckets},
+                                 {"launched_in_backward", overlap->launched_in_backward},
+                                 {"first_launch_s", overlap->first_launch_s},
+                                 {"backward_end_s", overlap->backward_end_s}};
+      say(metrics::format_console_line(m));
       if (metrics_file) metrics_file->write(m);
       reset_peak_memory();  // the next logged peak covers the steps since this line
     }
 
-    const bool interval_due = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0;
-    if (runtime::StopSignal::requested()) {
-      std::fprintf(options.log, "stopping after step %lld on signal %d\n", (long long)progress.step,
-                   runtime::StopSignal::signal_number());
+    if (stop.item<double>() > 0) {
+      say(fmt::format("stopping after step {} on a signal", progress.step));
       save("on stop");
       summary.stopped_by_signal = true;
       break;
     }
     if (progress.step == r.training.steps)
       save("final");
-    else if (interval_due)
+    else if (r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0)
       save("interval");
   }
   summary.steps_completed = progress.step;

@@ -1,12 +1,13 @@
 #pragma once
-// The training loop of one process: gradient accumulation up to the global batch, loss normalised
-// by the global token count, AdamW with warm-up and decay, global grad-norm clipping, metrics,
-// checkpoints, resume, and a clean stop on SIGINT/SIGTERM. Non-finite loss or gradients stop the
-// run with an error naming the step and the quantity.
+// The training loop of one rank: gradient accumulation up to the global batch, loss normalised by
+// the global token count, data-parallel gradient reduction (buckets overlapped with backward,
+// optionally ZeRO-1), AdamW with warm-up and decay, global grad-norm clipping, metrics from rank 0,
+// checkpoints, resume, and a clean stop on SIGINT/SIGTERM agreed by all ranks. Non-finite loss or
+// gradients stop the run with an error naming the step and the quantity.
 #include <cstdio>
-#include <memory>
 #include <string>
 
+#include "mesh/process_groups.h"
 #include "recipe/load.h"
 
 namespace trainer::train {
@@ -20,12 +21,14 @@ struct TrainSummary {
 };
 
 struct TrainOptions {
-  FILE* log = stdout;   // where the console lines go (rank 0)
+  FILE* log = stdout;   // where rank 0's lines go
   bool force_cpu = false;
+  int64_t local_rank = 0;  // picks the GPU
 };
 
-// Runs training to recipe.training.steps (or until a stop signal). Throws UserError for bad input
-// (data files, checkpoints) and std::runtime_error for failures (divergence, I/O).
-TrainSummary train(const recipe::LoadedRecipe& recipe, const TrainOptions& options = {});
+// Runs training to recipe.training.steps (or until a stop signal). `groups` describe this rank
+// (single_process_groups() for one process); the recipe must be resolved at groups' world size.
+// Throws UserError for bad input (data files, checkpoints) and std::runtime_error for failures.
+TrainSummary train(const recipe::LoadedRecipe& recipe, mesh::ProcessGroups& groups, const TrainOptions& options = {});
 
 }  // namespace trainer::train

@@ -1,6 +1,7 @@
 #pragma once
 // What a checkpoint holds for training to continue exactly: parameters and optimizer state by
 // global name (with global shapes and slice offsets), the step, the data position and the RNG.
+#include <map>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -15,13 +16,18 @@ struct Progress {
   int64_t consumed_samples = 0;  // global samples consumed
 };
 
-checkpoint::CheckpointContent capture_training_state(model::Transformer& model, optim::AdamW& optimizer,
-                                                     const recipe::LoadedRecipe& recipe, const Progress& progress);
+// `optimizer_state`: whole (unsharded) optimizer tensors by name, elementwise companions of the
+// parameter named after the prefix ("optimizer.exp_avg.<param>").
+checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
+                                                     const std::vector<optim::NamedTensor>& optimizer_state,
+                                                     int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
+                                                     const Progress& progress);
 
-// Loads parameters and optimizer state into the (already built) model and optimizer; returns the
-// progress recorded. A tensor missing from the checkpoint, or of another global shape, is a
-// UserError naming the checkpoint and the tensor.
-Progress restore_training_state(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model,
-                                optim::AdamW& optimizer);
+// Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
+// A tensor missing from the checkpoint or of another global shape is a UserError naming both.
+Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model);
+
+// The optimizer tensors of the checkpoint whose names start with "optimizer.", whole.
+std::map<std::string, at::Tensor> read_optimizer_state(const checkpoint::LoadedCheckpoint& loaded);
 
 }  // namespace trainer::train

@@ -1,0 +1,43 @@
+#pragma once
+// The communicators of one rank, one per group kind of its RankLayout, created in a deterministic
+// order (all_group_kinds()) under unique store prefixes; groups of one rank cost nothing.
+#include <c10/util/intrusive_ptr.h>
+
+#include <map>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "mesh/rank_layout.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace trainer::mesh {
+
+class ProcessGroups {
+ public:
+  // `interface_address`: passed to the Gloo backend ("127.0.0.1" on one node, "" for the default).
+  ProcessGroups(RankLayout layout, int64_t global_rank, const c10::intrusive_ptr<c10d::Store>& store,
+                std::shared_ptr<comm::CommContext> context, const std::string& interface_address);
+
+  const RankLayout& layout() const { return layout_; }
+  int64_t global_rank() const { return global_rank_; }
+  const Coordinates& coordinates() const { return coordinates_; }
+  comm::Communicator& get(GroupKind kind) const { return *groups_.at(kind); }
+  comm::Communicator& world() const { return *world_; }
+  comm::CommContext& context() const { return *context_; }
+
+ private:
+  RankLayout layout_;
+  int64_t global_rank_;
+  Coordinates coordinates_;
+  std::shared_ptr<comm::CommContext> context_;
+  std::unique_ptr<comm::Communicator> world_;
+  std::map<GroupKind, std::unique_ptr<comm::Communicator>> groups_;
+};
+
+// A rank's view when there is a single process: every group is the rank itself.
+std::unique_ptr<ProcessGroups> single_process_groups();
+
+}  // namespace trainer::mesh

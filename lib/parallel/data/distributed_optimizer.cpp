@@ -1,0 +1,124 @@
+#include "parallel/data/distributed_optimizer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <array>
+#include <cmath>
+
+namespace trainer::parallel {
+
+DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params,
+                                           const recipe::OptimizerConfig& config)
+    : buckets_(buckets), params_(params), config_(config) {
+  at::NoGradGuard no_grad;
+  auto& all = buckets.buckets();
+  for (size_t b = 0; b < all.size(); ++b) {
+    auto& bucket = all[b];
+    const int64_t lo = buckets.shard_begin(bucket), n = buckets.shard_numel(bucket), hi = lo + n;
+    const at::Tensor master = bucket.values.narrow(0, lo, n).to(at::kFloat).clone();
+    shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
+    for (size_t i = 0; i < bucket.params.size(); ++i) {
+      const int64_t begin = bucket.offsets[i], end = begin + params[bucket.params[i]].tensor.numel();
+      const int64_t a = std::max(begin, lo), z = std::min(end, hi);
+      if (a >= z) continue;
+      fragments_.push_back({b, bucket.params[i], a - begin, a - lo, z - a});
+      steps_.push_back(at::zeros({}, at::kFloat));
+    }
+  }
+}
+
+double DistributedOptimizer::grad_norm() {
+  at::NoGradGuard no_grad;
+  at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble));
+  for (auto& bucket : buckets_.buckets()) {
+    // Only real parameters' elements: padding is zero anyway.
+    const at::Tensor shard = bucket.grads.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
+    sum += shard.to(at::kDouble).pow(2).sum();
+  }
+  at::Tensor total = sum.to(at::kFloat).to(buckets_.buckets().front().grads.device());
+  buckets_.group().all_reduce(total, comm::ReduceOp::Sum)->wait();
+  return std::sqrt(total.item<double>());
+}
+
+void DistributedOptimizer::scale_gradients(double coefficient) {
+  at::NoGradGuard no_grad;
+  for (auto& bucket : buckets_.buckets())
+    bucket.grads.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket)).mul_(coefficient);
+}
+
+void DistributedOptimizer::step(double lr) {
+  at::NoGradGuard no_grad;
+  auto& all = buckets_.buckets();
+  for (const bool decay : {true, false}) {
+    std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
+    for (size_t f = 0; f < fragments_.size(); ++f) {
+      const Fragment& fr = fragments_[f];
+      if (params_[fr.param].weight_decay != decay) continue;
+      auto& shard = shards_[fr.bucket];
+      const auto& bucket = all[fr.bucket];
+      weights.push_back(shard[kMaster].narrow(0, fr.shard_offset, fr.length));
+      grads.push_back(bucket.grads.narrow(0, buckets_.shard_begin(bucket) + fr.shard_offset, fr.length).to(at::kFloat));
+      avgs.push_back(shard[kExpAvg].narrow(0, fr.shard_offset, fr.length));
+      avg_sqs.push_back(shard[kExpAvgSq].narrow(0, fr.shard_offset, fr.length));
+      steps.push_back(steps_[f]);
+    }
+    if (weights.empty()) continue;
+    at::_foreach_add_(steps, 1.0);  // the fused kernel does not advance the counts itself
+    at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1, config_.beta2,
+                      decay ? config_.weight_decay : 0.0, config_.eps, false, false);
+  }
+  // Write the updated shard into the parameter storage and gather every rank's shard.
+  std::vector<std::unique_ptr<comm::Work>> gathers;
+  for (size_t b = 0; b < all.size(); ++b) {
+    auto& bucket = all[b];
+    at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
+    mine.copy_(shards_[b][kMaster]);
+    gathers.push_back(buckets_.group().all_gather(bucket.values, mine.clone()));
+  }
+  for (auto& g : gathers) g->wait();
+  ++steps_taken_;
+}
+
+std::vector<optim::NamedTensor> DistributedOptimizer::gather_state() {
+  at::NoGradGuard no_grad;
+  auto& all = buckets_.buckets();
+  const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+  const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
+  std::vector<optim::NamedTensor> out;
+  for (size_t b = 0; b < all.size(); ++b) {
+    auto& bucket = all[b];
+    for (int k = 0; k < 3; ++k) {
+      if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
+      at::Tensor whole = at::empty({bucket.padded_numel}, shards_[b][k].options());
+      buckets_.group().all_gather(whole, shards_[b][k])->wait();
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        const auto& p = params_[bucket.params[i]];
+        out.push_back({names[k] + p.name, whole.narrow(0, bucket.offsets[i], p.tensor.numel()).view(p.tensor.sizes())});
+      }
+    }
+    for (size_t i = 0; i < bucket.params.size(); ++i) {
+      const auto& p = params_[bucket.params[i]];
+      out.push_back({"optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat)});
+    }
+  }
+  return out;
+}
+
+void DistributedOptimizer::load_state(const std::map<std::string, at::Tensor>& whole) {
+  at::NoGradGuard no_grad;
+  const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    const Fragment& fr = fragments_[f];
+    const auto& p = params_[fr.param];
+    for (int k = 0; k < 3; ++k) {
+      auto it = whole.find(names[k] + p.name);
+      at::Tensor source = it != whole.end() ? it->second : (k == kMaster ? p.tensor.detach() : at::Tensor());
+      if (!source.defined()) continue;
+      shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, fr.length));
+    }
+    if (auto it = whole.find("optimizer.step." + p.name); it != whole.end()) steps_[f].copy_(it->second);
+  }
+}
+
+}  // namespace trainer::parallel

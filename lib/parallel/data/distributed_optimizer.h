@@ -1,0 +1,55 @@
+#pragma once
+// ZeRO-1 (Megatron's distributed optimizer): fp32 master weights and Adam moments exist only for
+// this rank's shard of every gradient bucket. After the buckets' reduce-scatter, each rank updates
+// its shard with the fused AdamW kernel and the updated parameters are all-gathered. The gradient
+// norm is computed from the shards and summed over the group, so clipping matches the unsharded
+// optimizer.
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "optim/adamw.h"
+#include "parallel/data/grad_buckets.h"
+#include "recipe/recipe.h"
+
+namespace trainer::parallel {
+
+class DistributedOptimizer {
+ public:
+  DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params, const recipe::OptimizerConfig& config);
+
+  // The global L2 norm of the (reduced) gradients; a collective over the data-parallel group.
+  double grad_norm();
+  void scale_gradients(double coefficient);
+  // Updates this rank's shard and all-gathers the parameters (waits for the gather).
+  void step(double lr);
+  int64_t steps_taken() const { return steps_taken_; }
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+
+  // Whole (unsharded) optimizer tensors under the names optim::AdamW::state() uses; a collective.
+  std::vector<optim::NamedTensor> gather_state();
+  // Takes this rank's shard from whole tensors (as in a checkpoint), by the same names.
+  void load_state(const std::map<std::string, at::Tensor>& whole);
+
+ private:
+  struct Fragment {
+    size_t bucket, param;
+    int64_t param_offset;   // first element within the parameter
+    int64_t shard_offset;   // first element within this rank's shard of the bucket
+    int64_t length;
+  };
+  enum Buffer { kMaster, kExpAvg, kExpAvgSq };
+
+  GradBuckets& buckets_;
+  std::deque<model::Parameter>& params_;
+  recipe::OptimizerConfig config_;
+  std::vector<Fragment> fragments_;
+  std::vector<std::array<at::Tensor, 3>> shards_;  // per bucket: fp32 master, exp_avg, exp_avg_sq
+  std::vector<at::Tensor> steps_;                  // per fragment (the fused kernel wants one per tensor)
+  int64_t steps_taken_ = 0;
+};
+
+}  // namespace trainer::parallel

@@ -1,0 +1,135 @@
+#include "runtime/launch_env.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace trainer::runtime {
+
+namespace {
+
+std::vector<std::string> split_top_level(const std::string& text) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  std::string current;
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  if (!current.empty()) parts.push_back(current);
+  return parts;
+}
+
+void expand_one(const std::string& name, const std::string& whole, std::vector<std::string>& out) {
+  const auto open = name.find('[');
+  if (open == std::string::npos) {
+    if (name.find(']') != std::string::npos) throw UserError(fmt::format("hostlist \"{}\": unmatched ']'", whole));
+    out.push_back(name);
+    return;
+  }
+  const auto close = name.find(']', open);
+  if (close == std::string::npos) throw UserError(fmt::format("hostlist \"{}\": unmatched '['", whole));
+  const std::string prefix = name.substr(0, open), suffix = name.substr(close + 1);
+  const std::string inside = name.substr(open + 1, close - open - 1);
+  size_t start = 0;
+  while (start <= inside.size()) {
+    const auto comma = inside.find(',', start);
+    const std::string range = inside.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto dash = range.find('-');
+    const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+        hi.find_first_not_of("0123456789") != std::string::npos)
+      throw UserError(fmt::format("hostlist \"{}\": bad range \"{}\"", whole, range));
+    const long a = std::stol(lo), b = std::stol(hi);
+    if (b < a || b - a > 100000) throw UserError(fmt::format("hostlist \"{}\": bad range \"{}\"", whole, range));
+    for (long i = a; i <= b; ++i)
+      expand_one(prefix + fmt::format("{:0{}}", i, lo.size()) + suffix, whole, out);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
+
+int64_t parse_int(const GetEnv& env, const char* name) {
+  const char* v = env(name);
+  char* end = nullptr;
+  const long long value = std::strtoll(v, &end, 10);
+  if (!*v || *end) throw UserError(fmt::format("environment variable {}=\"{}\" is not an integer", name, v));
+  return value;
+}
+
+bool has(const GetEnv& env, const char* name) { return env(name) && *env(name); }
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(const std::string& hostlist) {
+  std::vector<std::string> out;
+  for (const auto& part : split_top_level(hostlist)) expand_one(part, hostlist, out);
+  return out;
+}
+
+LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
+  const GetEnv env = getenv_in ? getenv_in : GetEnv([](const char* n) { return std::getenv(n); });
+  LaunchEnvironment e;
+  std::string rank_var, size_var;
+  if (has(env, "RANK") && has(env, "WORLD_SIZE")) {
+    e.launcher = "env";
+    rank_var = "RANK", size_var = "WORLD_SIZE";
+    e.local_rank = has(env, "LOCAL_RANK") ? parse_int(env, "LOCAL_RANK") : 0;
+    e.local_world_size = has(env, "LOCAL_WORLD_SIZE") ? parse_int(env, "LOCAL_WORLD_SIZE") : 1;
+  } else if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
+    e.launcher = "openmpi";
+    rank_var = "OMPI_COMM_WORLD_RANK", size_var = "OMPI_COMM_WORLD_SIZE";
+    e.local_rank = has(env, "OMPI_COMM_WORLD_LOCAL_RANK") ? parse_int(env, "OMPI_COMM_WORLD_LOCAL_RANK") : 0;
+    e.local_world_size = has(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ? parse_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") : 1;
+  } else if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
+    e.launcher = "pmi";
+    rank_var = "PMI_RANK", size_var = "PMI_SIZE";
+    e.local_rank = has(env, "MPI_LOCALRANKID") ? parse_int(env, "MPI_LOCALRANKID") : 0;
+    e.local_world_size = has(env, "MPI_LOCALNRANKS") ? parse_int(env, "MPI_LOCALNRANKS") : 1;
+  } else if (has(env, "SLURM_PROCID") && has(env, "SLURM_NTASKS")) {
+    e.launcher = "slurm";
+    rank_var = "SLURM_PROCID", size_var = "SLURM_NTASKS";
+    e.local_rank = has(env, "SLURM_LOCALID") ? parse_int(env, "SLURM_LOCALID") : 0;
+    e.local_world_size = has(env, "SLURM_NTASKS_PER_NODE") ? std::atoll(env("SLURM_NTASKS_PER_NODE")) : 1;
+  } else {
+    return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
+  }
+  e.rank = parse_int(env, rank_var.c_str());
+  e.world_size = parse_int(env, size_var.c_str());
+  if (e.world_size < 1 || e.rank < 0 || e.rank >= e.world_size)
+    throw UserError(fmt::format("{}={} and {}={} are inconsistent: expected 0 <= rank < world size", rank_var,
+                                e.rank, size_var, e.world_size));
+
+  const char* nodelist = has(env, "SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_JOB_NODELIST");
+  if (nodelist && *nodelist) e.nodes = expand_hostlist(nodelist);
+  if (has(env, "MASTER_ADDR")) {
+    e.master_addr = env("MASTER_ADDR");
+    e.master_source = "MASTER_ADDR";
+  } else if (!e.nodes.empty()) {
+    e.master_addr = e.nodes.front();
+    e.master_source = "the first host of the Slurm node list";
+  } else if (e.local_world_size < e.world_size) {
+    throw UserError(fmt::format("a {}-rank job over several nodes ({} ranks on this one) needs MASTER_ADDR: the "
+                                "address of rank 0's node (and optionally MASTER_PORT)",
+                                e.world_size, e.local_world_size));
+  }
+  if (has(env, "MASTER_PORT")) {
+    const int64_t port = parse_int(env, "MASTER_PORT");
+    if (port < 1 || port > 65535) throw UserError(fmt::format("MASTER_PORT={} is not a TCP port", port));
+    e.master_port = int(port);
+  } else if (has(env, "SLURM_JOB_ID")) {
+    // Jobs sharing a node should not share a port.
+    e.master_port = int(20000 + parse_int(env, "SLURM_JOB_ID") % 20000);
+  }
+  return e;
+}
+
+}  // namespace trainer::runtime

@@ -1,0 +1,121 @@
+#include "runtime/local_launcher.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+namespace trainer::runtime {
+
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+extern "C" void remember_signal(int signal) { g_forward_signal.store(signal); }
+
+}  // namespace
+
+int find_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot find a free TCP port on 127.0.0.1");
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+int launch_local_workers(const LocalLaunchOptions& options) {
+  const int port = find_free_port();
+  const pid_t launcher = ::getpid();
+  std::vector<pid_t> pids(options.nproc, -1);
+  struct sigaction action {};
+  action.sa_handler = remember_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  for (int rank = 0; rank < options.nproc; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed while starting workers");
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<char*> args;
+      static const std::string self = "/proc/self/exe";
+      args.push_back(const_cast<char*>(self.c_str()));
+      for (size_t i = 1; i < options.argv.size(); ++i) args.push_back(const_cast<char*>(options.argv[i].c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      std::fprintf(stderr, "worker %d: cannot start %s\n", rank, args[0]);
+      ::_exit(127);
+    }
+    pids[rank] = pid;
+  }
+
+  int running = options.nproc, result = 0;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto signal_all = [&](int signal) {
+    for (pid_t pid : pids)
+      if (pid > 0) ::kill(pid, signal);
+  };
+  while (running > 0) {
+    if (const int signal = g_forward_signal.exchange(0)) signal_all(signal);  // SIGINT/SIGTERM reach every worker
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      int rank = -1;
+      for (int r = 0; r < options.nproc; ++r)
+        if (pids[r] == pid) rank = r;
+      if (rank < 0) continue;
+      pids[rank] = -1;
+      --running;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && !stopping) {
+        std::fprintf(stderr, "trainer: worker rank %d %s; stopping the other %d worker(s)\n", rank,
+                     WIFEXITED(status) ? fmt::format("exited with code {}", code).c_str()
+                                       : fmt::format("was killed by signal {}", WTERMSIG(status)).c_str(),
+                     running);
+        result = code;
+        stopping = true;
+        signal_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
+      }
+      continue;
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+      signal_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return result;
+}
+
+}  // namespace trainer::runtime

@@ -1,0 +1,25 @@
+#pragma once
+// `trainer run --nproc-per-node N` without a launcher: starts N copies of this program as workers
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT),
+// forwards SIGINT/SIGTERM to them, and when one fails stops the others (SIGTERM, then SIGKILL
+// after a grace period) and reports which rank failed. Workers die with the launcher
+// (PR_SET_PDEATHSIG), so no process is left behind.
+#include <string>
+#include <vector>
+
+namespace trainer::runtime {
+
+struct LocalLaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> argv;  // the worker's command line (argv[0] is replaced by this program)
+  double grace_seconds = 10;      // between SIGTERM and SIGKILL when stopping workers after a failure
+};
+
+// Runs the workers to completion. Returns 0 when all exited 0, else the first failure's exit code
+// (128 + signal for a signal), after printing which rank failed.
+int launch_local_workers(const LocalLaunchOptions& options);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int find_free_port();
+
+}  // namespace trainer::runtime

@@ -1,0 +1,28 @@
+#include "runtime/rendezvous.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <stdexcept>
+
+namespace trainer::runtime {
+
+c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env, std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(env.master_port);
+  options.isServer = env.rank == 0;
+  options.numWorkers = static_cast<size_t>(env.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format(
+        "rank {}: cannot {} the rendezvous store at {}:{} (address from {}) within {} s: {}. Check MASTER_ADDR and "
+        "MASTER_PORT, that rank 0 is running, and that the port is free and reachable",
+        env.rank, env.rank == 0 ? "serve" : "reach", env.master_addr, env.master_port, env.master_source,
+        timeout.count(), e.what()));
+  }
+}
+
+}  // namespace trainer::runtime

@@ -1,0 +1,97 @@
+#include "train/optimizer_driver.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+
+namespace trainer::train {
+
+OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe, comm::Communicator& dp)
+    : model_(model) {
+  auto& params = model.parameters().all();
+  const bool sharded = recipe.parallel.zero >= 1 && dp.size() > 1;
+  if (dp.size() > 1)
+    buckets_ = std::make_unique<parallel::GradBuckets>(
+        params, dp, sharded ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce,
+        int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024), recipe.parallel.overlap_grad_reduce);
+  if (sharded)
+    zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, params, recipe.optimizer);
+  else
+    adamw_ = std::make_unique<optim::AdamW>(params, recipe.optimizer);
+}
+
+std::string OptimizerDriver::describe() const {
+  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {} gradient buckets", buckets_->group().size(),
+                                 buckets_->buckets().size());
+  if (buckets_) return fmt::format("replicated AdamW, {} gradient buckets all-reduced over {} ranks",
+                                   buckets_->buckets().size(), buckets_->group().size());
+  return "AdamW";
+}
+
+void OptimizerDriver::begin_step() {
+  if (buckets_) buckets_->begin_step();
+}
+void OptimizerDriver::begin_micro_batch(bool last) {
+  if (buckets_) buckets_->begin_micro_batch(last);
+}
+void OptimizerDriver::end_micro_batch() {
+  if (buckets_) buckets_->mark_backward_end();
+}
+void OptimizerDriver::finish_gradients() {
+  if (buckets_) buckets_->finish();
+}
+
+double OptimizerDriver::grad_norm() {
+  if (zero1_) return zero1_->grad_norm();
+  return optim::global_grad_norm(model_.parameters().all()).item<double>();
+}
+
+void OptimizerDriver::clip(double max_norm, double norm) {
+  if (max_norm <= 0 || norm <= max_norm) return;
+  if (zero1_)
+    zero1_->scale_gradients(max_norm / (norm + 1e-6));
+  else
+    optim::clip_gradients(model_.parameters().all(), max_norm, norm);
+}
+
+void OptimizerDriver::step(double lr) {
+  if (zero1_)
+    zero1_->step(lr);
+  else
+    adamw_->step(lr);
+}
+
+void OptimizerDriver::zero_grad() {
+  if (buckets_)
+    buckets_->zero_grad();
+  else
+    adamw_->zero_grad();
+}
+
+int64_t OptimizerDriver::steps_taken() const { return zero1_ ? zero1_->steps_taken() : adamw_->steps_taken(); }
+
+std::vector<optim::NamedTensor> OptimizerDriver::whole_state() {
+  return zero1_ ? zero1_->gather_state() : adamw_->state();
+}
+
+void OptimizerDriver::load_whole_state(const std::map<std::string, at::Tensor>& state, int64_t steps_taken) {
+  at::NoGradGuard no_grad;
+  if (zero1_) {
+    zero1_->load_state(state);
+    zero1_->set_steps_taken(steps_taken);
+    return;
+  }
+  for (const auto& s : adamw_->state()) {
+    auto it = state.find(s.name);
+    if (it != state.end()) {
+      s.tensor.copy_(it->second);
+    } else if (s.name.rfind("optimizer.master.", 0) == 0) {
+      // Saved from an fp32 run: the parameters are the master weights.
+      const std::string param = s.name.substr(std::string("optimizer.master.").size());
+      s.tensor.copy_(model_.parameters().find(param)->tensor.detach());
+    }
+  }
+  adamw_->set_steps_taken(steps_taken);
+}
+
+}  // namespace trainer::train
