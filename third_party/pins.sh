@@ -22,7 +22,7 @@ CMAKE_MIN_VERSION="3.27"
 APT_PACKAGES=(
   build-essential ninja-build ccache git python3-venv
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev procps
 )
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"

@@ -164,8 +164,8 @@ void GlooWork::wait() {
     } catch (const std::exception& e) {
       std::string reason = e.what();
       if (auto newline = reason.find('\n'); newline != std::string::npos) reason = reason.substr(0, newline);
-      throw CommError(fmt::format("{} failed or timed out after {} s: {}. Another rank has probably failed; see its "
-                                  "error",
+      throw CommError(fmt::format("{} failed (timeout {} s): {}. Another rank has probably failed or stopped; see "
+                                  "its error",
                                   owner_->describe(op_), owner_->context().timeout.count() / 1000, reason));
     }
   }

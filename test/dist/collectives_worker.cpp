@@ -1,0 +1,120 @@
+// One rank of the collective tests: `collectives_worker TP CP DP PP ETP EP` with RANK, WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT in the environment. Builds the process groups of that mesh and, on
+// every group of more than one rank, runs each collective with rank-dependent values and checks
+// the result. Exit 0 when all match; otherwise prints the first mismatch and exits 1.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+
+#include "mesh/process_groups.h"
+#include "runtime/launch_env.h"
+#include "runtime/rendezvous.h"
+
+using namespace trainer;
+
+namespace {
+
+void expect_equal(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  if (!at::allclose(actual, expected, 1e-6, 1e-6))
+    throw std::runtime_error(fmt::format("{}: got {} expected {}", what, actual.toString(), expected.toString()));
+}
+
+void check_group(comm::Communicator& g, int64_t global_rank) {
+  const int64_t n = g.size(), r = g.rank();
+  const std::string name = g.name();
+  const auto f = at::kFloat;
+  // Every member's global rank, in group order.
+  const auto& members = g.global_ranks();
+  const double sum_of_members = double(std::accumulate(members.begin(), members.end(), int64_t(0)));
+
+  at::Tensor t = at::full({5}, double(global_rank + 1), f);
+  g.all_reduce(t, comm::ReduceOp::Sum)->wait();
+  expect_equal(t, at::full({5}, sum_of_members + double(n), f), name + " all_reduce sum");
+
+  t = at::full({3}, double(global_rank), f);
+  g.all_reduce(t, comm::ReduceOp::Avg)->wait();
+  expect_equal(t, at::full({3}, sum_of_members / double(n), f), name + " all_reduce avg");
+
+  t = at::full({2}, double(global_rank), f);
+  g.all_reduce(t, comm::ReduceOp::Max)->wait();
+  expect_equal(t, at::full({2}, double(*std::max_element(members.begin(), members.end())), f), name + " all_reduce max");
+
+  // reduce_scatter: input element i on rank q is q*1000 + i; chunk r sums over q.
+  const int64_t chunk = 3;
+  at::Tensor input = at::arange(n * chunk, f) + double(global_rank) * 1000;
+  at::Tensor out = at::empty({chunk}, f);
+  g.reduce_scatter(out, input, comm::ReduceOp::Sum)->wait();
+  expect_equal(out, (at::arange(chunk, f) + double(r * chunk)) * double(n) + sum_of_members * 1000,
+               name + " reduce_scatter");
+
+  // all_gather: rank q contributes [q, q, q] (global ranks).
+  at::Tensor gathered = at::empty({n * 3}, f);
+  g.all_gather(gathered, at::full({3}, double(global_rank), f))->wait();
+  at::Tensor expected = at::empty({n * 3}, f);
+  for (int64_t q = 0; q < n; ++q) expected.narrow(0, q * 3, 3).fill_(double(members[q]));
+  expect_equal(gathered, expected, name + " all_gather");
+
+  // all_to_all with uneven splits: rank r sends (j + 1) rows of value r*100 + j to rank j.
+  std::vector<int64_t> in_splits, out_splits;
+  for (int64_t j = 0; j < n; ++j) in_splits.push_back(j + 1);
+  for (int64_t j = 0; j < n; ++j) out_splits.push_back(r + 1);
+  at::Tensor send = at::empty({std::accumulate(in_splits.begin(), in_splits.end(), int64_t(0)), 2}, f);
+  int64_t row = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    send.narrow(0, row, j + 1).fill_(double(r * 100 + j));
+    row += j + 1;
+  }
+  at::Tensor receive = at::empty({n * (r + 1), 2}, f);
+  g.all_to_all(receive, send, out_splits, in_splits)->wait();
+  for (int64_t j = 0; j < n; ++j)
+    expect_equal(receive.narrow(0, j * (r + 1), r + 1), at::full({r + 1, 2}, double(j * 100 + r), f),
+                 name + " all_to_all");
+
+  // Batched send/recv around the ring.
+  at::Tensor to_next = at::full({4}, double(global_rank), f), from_prev = at::empty({4}, f);
+  g.send_recv({{comm::P2POp::Kind::Send, to_next, (r + 1) % n}, {comm::P2POp::Kind::Recv, from_prev, (r + n - 1) % n}})
+      ->wait();
+  expect_equal(from_prev, at::full({4}, double(members[(r + n - 1) % n]), f), name + " send/recv");
+
+  at::Tensor b = at::full({2}, r == n - 1 ? 42.0 : -1.0, f);
+  g.broadcast(b, n - 1)->wait();
+  expect_equal(b, at::full({2}, 42.0, f), name + " broadcast");
+  g.barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc != 7) throw std::runtime_error("usage: collectives_worker TP CP DP PP ETP EP");
+    recipe::MeshShape s;
+    s.tp = std::atoll(argv[1]), s.cp = std::atoll(argv[2]), s.dp = std::atoll(argv[3]), s.pp = std::atoll(argv[4]);
+    s.etp = std::atoll(argv[5]), s.ep = std::atoll(argv[6]);
+    s.world_size = s.tp * s.cp * s.dp * s.pp;
+    s.edp = s.world_size / (s.etp * s.ep * s.pp);
+    const auto env = runtime::detect_launch_environment();
+    const auto store = runtime::connect_rendezvous(env, std::chrono::seconds(60));
+    auto context = std::make_shared<comm::CommContext>();
+    context->global_rank = env.rank;
+    context->timeout = std::chrono::seconds(60);
+    mesh::ProcessGroups groups(mesh::RankLayout(s), env.rank, store, context, "127.0.0.1");
+    int checked = 0;
+    for (auto kind : mesh::all_group_kinds()) {
+      auto& g = groups.get(kind);
+      if (g.size() > 1) {
+        check_group(g, env.rank);
+        ++checked;
+      }
+    }
+    check_group(groups.world(), env.rank);
+    std::printf("rank %lld: %d groups checked\n", (long long)env.rank, checked + 1);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collectives_worker: %s\n", e.what());
+    return 1;
+  }
+}

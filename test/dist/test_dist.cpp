@@ -1,0 +1,156 @@
+// Multi-process tests on Gloo: collectives on every group type; data parallelism (ZeRO 0 and 1)
+// reproducing the single-process loss curve; failure handling; launching under mpirun.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "process.h"
+
+using namespace trainer::test;
+
+namespace {
+
+const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
+
+// A pgrep pattern matching `marker` but not the test's own shell command line (which holds the
+// pattern text itself): "x/term.jsonl" -> "x/term[.]jsonl".
+std::string pgrep_pattern(std::string marker) {
+  marker.replace(marker.rfind('.'), 1, "[.]");
+  return "'" + marker + "'";
+}
+
+// Runs a shell script from a file, so that no process's command line but the programs it starts
+// contains the script's text (pgrep -f below looks for leftover processes by their arguments).
+ProcessResult bash(const std::string& script, double timeout = 300) {
+  TempDir dir;
+  const std::string file = dir.write("script.sh", script);
+  return run_process({"/bin/bash", file}, timeout, {"OMP_NUM_THREADS=1"});
+}
+
+int free_port() {
+  // Ports are spread by test process id so parallel tests do not collide.
+  static int next = 20000 + (getpid() % 2000) * 10;
+  return next++;
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The settings every equivalence run shares: 20 steps of a small model, 16 sequences per step,
+// small gradient buckets so several overlap with backward.
+std::string common_sets(const std::string& metrics) {
+  return " --set model.num_hidden_layers=2 --set training.seq_len=64 --set training.steps=20"
+         " --set optimizer.warmup_steps=2 --set logging.interval=1 --set parallel.grad_bucket_mb=0.05"
+         " --set logging.metrics_file=" + metrics;
+}
+
+double max_relative_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    worst = std::max(worst, std::fabs(x - y) / std::fabs(x));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("dist: collectives on every group type (TP2 DP2 - EP2)", "[dist]") {
+  const std::string worker = std::string(TRAINER_BINARY_DIR) + "/collectives_worker";
+  for (const char* mesh : {"2 1 2 1 1 2", "1 2 1 2 1 1", "2 2 2 1 1 4"}) {
+    std::istringstream sizes(mesh);
+    int tp, cp, dp, pp;
+    sizes >> tp >> cp >> dp >> pp;
+    const int world = tp * cp * dp * pp;
+    const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(world - 1) + "); do RANK=$r WORLD_SIZE=" +
+                        std::to_string(world) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                        " " + worker + " " + mesh + " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
+    INFO(mesh << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("groups checked") != std::string::npos);
+  }
+}
+
+TEST_CASE("dist: data parallelism reproduces the single-process loss curve", "[dist]") {
+  TempDir dir;
+  const std::string trainer = trainer_binary() + " run " + kTiny;
+  const auto single = bash(trainer + common_sets(dir.path() + "/single.jsonl"));
+  REQUIRE(single.exit_code == 0);
+  const auto reference = read_metrics(dir.path() + "/single.jsonl");
+  REQUIRE(reference.size() == 20);
+  for (int dp : {2, 4})
+    for (int zero : {0, 1}) {
+      const std::string file = dir.path() + "/dp" + std::to_string(dp) + "z" + std::to_string(zero) + ".jsonl";
+      const auto r = bash(trainer + " --nproc-per-node " + std::to_string(dp) + " --set parallel.zero=" +
+                          std::to_string(zero) + common_sets(file));
+      INFO("dp " << dp << " zero " << zero << "\n" << r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+      const auto m = read_metrics(file);
+      REQUIRE(m.size() == 20);
+      const double worst = max_relative_difference(reference, m);
+      INFO("largest relative loss difference " << worst);
+      CHECK(worst < 1e-5);
+      // Bucket reductions started while backward was still running.
+      CHECK(m.back()["dp_overlap"]["launched_in_backward"].get<int>() >= 1);
+      CHECK(m.back()["dp_overlap"]["buckets"].get<int>() >= 2);
+    }
+}
+
+TEST_CASE("dist: a killed worker brings the job down quickly with nothing left behind", "[dist]") {
+  TempDir dir;
+  const std::string marker = dir.path() + "/kill-marker.jsonl";
+  const auto r = bash(trainer_binary() + " run " + kTiny + " --nproc-per-node 2 --set training.steps=100000 " +
+                      "--set optimizer.warmup_steps=1 --set logging.interval=1 --set logging.metrics_file=" + marker +
+                      " & L=$!; for i in $(seq 1 300); do [ -s " + marker + " ] && break; sleep 0.1; done; " +
+                      "W=$(pgrep -P $L | head -n 1); kill -KILL $W; start=$(date +%s.%N); wait $L; rc=$?; " +
+                      "end=$(date +%s.%N); sleep 1; echo \"rc=$rc seconds=$(awk \"BEGIN{print $end - $start}\")\"; " +
+                      "pgrep -f " + pgrep_pattern(marker) + " >/dev/null && echo LEFTOVER; exit 0",
+                      120);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("rc=0 ") == std::string::npos);
+  CHECK(r.out.find("LEFTOVER") == std::string::npos);
+  CHECK(r.err.find("was killed by signal 9") != std::string::npos);
+  const auto at = r.out.find("seconds=");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(r.out.substr(at + 8)) < 60.0);
+}
+
+TEST_CASE("dist: SIGTERM to the local launcher reaches every worker - they stop cleanly", "[dist]") {
+  TempDir dir;
+  const std::string marker = dir.path() + "/term.jsonl";
+  const auto r = bash(trainer_binary() + " run " + kTiny + " --nproc-per-node 2 --set training.steps=100000 " +
+                      "--set optimizer.warmup_steps=1 --set logging.interval=1 --set checkpoint.dir=" + dir.path() +
+                      "/ck --set logging.metrics_file=" + marker + " & L=$!; for i in $(seq 1 300); do [ -s " + marker +
+                      " ] && break; sleep 0.1; done; kill -TERM $L; wait $L; echo rc=$?; sleep 1; pgrep -f " + pgrep_pattern(marker) +
+                      " >/dev/null && echo LEFTOVER; exit 0",
+                      120);
+  INFO(r.out << r.err);
+  CHECK(r.out.find("rc=0") != std::string::npos);
+  CHECK(r.out.find("stopping after step") != std::string::npos);
+  CHECK(r.out.find("LEFTOVER") == std::string::npos);
+  CHECK(std::filesystem::exists(dir.path() + "/ck/latest"));
+}
+
+TEST_CASE("dist: a DP=2 job under mpirun matches the single-process run", "[dist]") {
+  TempDir dir;
+  const std::string trainer = trainer_binary() + " run " + kTiny;
+  REQUIRE(bash(trainer + common_sets(dir.path() + "/single.jsonl")).exit_code == 0);
+  const auto r = bash("mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x MASTER_PORT=" +
+                      std::to_string(free_port()) + " " + trainer + common_sets(dir.path() + "/mpi.jsonl"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("2 CPU x fp32") != std::string::npos);
+  const auto a = read_metrics(dir.path() + "/single.jsonl"), b = read_metrics(dir.path() + "/mpi.jsonl");
+  REQUIRE(b.size() == 20);
+  CHECK(max_relative_difference(a, b) < 1e-5);
+}
