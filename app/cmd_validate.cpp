@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "mesh/rank_layout.h"
 #include "recipe/load.h"
 
 namespace trainer::app {
@@ -19,10 +20,38 @@ struct ValidateOptions {
 };
 
 nlohmann::json mesh_json(const recipe::MeshShape& m) {
+  nlohmann::json groups = nlohmann::json::object();
+  const mesh::RankLayout layout(m);
+  for (auto kind : mesh::all_group_kinds()) groups[mesh::group_kind_name(kind)] = layout.all_groups(kind);
   return {{"world_size", m.world_size}, {"tp", m.tp},   {"cp", m.cp},   {"dp", m.dp},
           {"pp", m.pp},                 {"vpp", m.vpp}, {"etp", m.etp}, {"ep", m.ep},
           {"edp", m.edp},               {"global_batch_size", m.global_batch_size},
-          {"grad_accum_steps", m.grad_accum_steps}};
+          {"grad_accum_steps", m.grad_accum_steps}, {"groups", groups}};
+}
+
+// "dp (8 groups of 2): [0,4] [1,5] ..." per group kind; long lists are cut after a few groups.
+std::string groups_text(const recipe::MeshShape& m) {
+  const mesh::RankLayout layout(m);
+  std::string text = "  groups (global ranks):\n";
+  for (auto kind : mesh::all_group_kinds()) {
+    const auto groups = layout.all_groups(kind);
+    text += fmt::format("    {:<10} {} x {}:", mesh::group_kind_name(kind), groups.size(),
+                        groups.empty() ? 0 : groups.front().size());
+    const size_t shown = std::min<size_t>(groups.size(), 8);
+    for (size_t i = 0; i < shown; ++i) {
+      std::string members;
+      const size_t n = groups[i].size();
+      for (size_t j = 0; j < std::min<size_t>(n, 16); ++j) {
+        if (j) members += ',';
+        members += std::to_string(groups[i][j]);
+      }
+      if (n > 16) members += ",...";
+      text += " [" + members + "]";
+    }
+    if (groups.size() > shown) text += fmt::format(" ... ({} more)", groups.size() - shown);
+    text += "\n";
+  }
+  return text;
 }
 
 std::string mesh_text(const recipe::MeshShape& m, int64_t micro_batch_size) {
@@ -47,7 +76,10 @@ int run_validate(const ValidateOptions& options) {
     return 0;
   }
   std::fputs((loaded.resolved.dump(2) + "\n").c_str(), stdout);
-  if (loaded.mesh) std::fputs(("\n" + mesh_text(*loaded.mesh, loaded.recipe.training.micro_batch_size)).c_str(), stdout);
+  if (loaded.mesh)
+    std::fputs(("\n" + mesh_text(*loaded.mesh, loaded.recipe.training.micro_batch_size) + groups_text(*loaded.mesh))
+                   .c_str(),
+               stdout);
   std::fputs(fmt::format("{}: valid{}\n", options.recipe_path,
                          loaded.mesh ? fmt::format(" at world size {}", loaded.mesh->world_size)
                                      : " (pass --world-size N to check the mesh and batch rules)")

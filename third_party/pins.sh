@@ -23,6 +23,7 @@ APT_PACKAGES=(
   build-essential ninja-build ccache git python3-venv
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev
   openmpi-bin libopenmpi-dev procps
+  slurm-wlm munge
 )
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"

@@ -62,10 +62,14 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
 
   int64_t layer_params = 0, layer_active = 0;
   c.layers.reserve(static_cast<size_t>(L));
+  std::vector<char> is_moe(static_cast<size_t>(L), 0);  // model.is_moe_layer, without a search per layer
+  if (model.moe)
+    for (int64_t l : model.moe->layers)
+      if (l >= 0 && l < L) is_moe[static_cast<size_t>(l)] = 1;
   for (int64_t l = 0; l < L; ++l) {
     LayerCounts layer;
     layer.index = l;
-    layer.moe = model.is_moe_layer(l);
+    layer.moe = is_moe[static_cast<size_t>(l)] != 0;
     const int64_t common = c.attention_params_per_layer + c.norm_params_per_layer;
     if (layer.moe) {
       layer.params = common + c.moe_params_per_layer;

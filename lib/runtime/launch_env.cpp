@@ -98,7 +98,9 @@ LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
     e.launcher = "slurm";
     rank_var = "SLURM_PROCID", size_var = "SLURM_NTASKS";
     e.local_rank = has(env, "SLURM_LOCALID") ? parse_int(env, "SLURM_LOCALID") : 0;
-    e.local_world_size = has(env, "SLURM_NTASKS_PER_NODE") ? std::atoll(env("SLURM_NTASKS_PER_NODE")) : 1;
+    // SLURM_TASKS_PER_NODE is "2" or "2(x3),1": this node's count is the first number for the
+    // first node; good enough to tell a one-node job (local == world) from a multi-node one.
+    e.local_world_size = has(env, "SLURM_TASKS_PER_NODE") ? std::atoll(env("SLURM_TASKS_PER_NODE")) : 1;
   } else {
     return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
   }

@@ -154,3 +154,18 @@ TEST_CASE("dist: a DP=2 job under mpirun matches the single-process run", "[dist
   REQUIRE(b.size() == 20);
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
+
+TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the single-process run", "[dist]") {
+  TempDir dir;
+  const std::string trainer = trainer_binary() + " run " + kTiny;
+  REQUIRE(bash(trainer + common_sets(dir.path() + "/single.jsonl")).exit_code == 0);
+  const auto r = bash(std::string(TRAINER_SOURCE_DIR) + "/test/dist/slurm_cluster.sh " + dir.path() +
+                      "/slurm srun -n 2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer +
+                      common_sets(dir.path() + "/srun.jsonl"));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("2 CPU x fp32") != std::string::npos);
+  const auto a = read_metrics(dir.path() + "/single.jsonl"), b = read_metrics(dir.path() + "/srun.jsonl");
+  REQUIRE(b.size() == 20);
+  CHECK(max_relative_difference(a, b) < 1e-5);
+}

@@ -112,3 +112,21 @@ TEST_CASE("bad recipes exit 2 with the file - path and problem", "[cli]") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("is a directory") != std::string::npos);
 }
+
+TEST_CASE("validate --world-size lists the ranks of every group (Megatron's 16-rank example)", "[cli]") {
+  TempDir dir;
+  const auto recipe = dir.write("m16.json", R"({"model": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "moe": {"num_local_experts": 8}},
+    "parallel": {"tp": 2, "cp": 2, "pp": 2, "ep": 4, "etp": 1},
+    "training": {"seq_len": 64, "micro_batch_size": 1, "global_batch_size": 8, "steps": 10}})");
+  const auto r = run_trainer({"validate", recipe, "--world-size", "16", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto mesh = nlohmann::json::parse(r.out)["mesh"];
+  CHECK(mesh["dp"] == 2);
+  CHECK(mesh["edp"] == 2);
+  CHECK(mesh["groups"]["dp"][0] == nlohmann::json::array({0, 4}));
+  CHECK(mesh["groups"]["ep"][1] == nlohmann::json::array({4, 5, 6, 7}));
+  CHECK(mesh["groups"]["pp"][7] == nlohmann::json::array({7, 15}));
+  const auto text = run_trainer({"validate", recipe, "--world-size", "16"});
+  CHECK(text.out.find("dp_cp      4 x 4: [0,2,4,6] [1,3,5,7] [8,10,12,14] [9,11,13,15]") != std::string::npos);
+}

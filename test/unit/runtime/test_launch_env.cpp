@@ -58,7 +58,7 @@ TEST_CASE("launch: MPICH PMI variables", "[runtime]") {
 }
 
 TEST_CASE("launch: Slurm variables with the first host as the master", "[runtime]") {
-  const auto e = detect({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"},
+  const auto e = detect({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_TASKS_PER_NODE", "8(x2)"},
                          {"SLURM_JOB_NODELIST", "gpu[07-08],login1"}, {"SLURM_JOB_ID", "123456"}});
   CHECK(e.launcher == "slurm");
   CHECK(e.rank == 5);
@@ -66,6 +66,7 @@ TEST_CASE("launch: Slurm variables with the first host as the master", "[runtime
   CHECK(e.nodes == std::vector<std::string>{"gpu07", "gpu08", "login1"});
   CHECK(e.master_addr == "gpu07");
   CHECK(e.master_port == 20000 + 123456 % 20000);
+  CHECK(e.local_world_size == 8);
 }
 
 TEST_CASE("launch: inconsistent or malformed values are user errors", "[runtime]") {

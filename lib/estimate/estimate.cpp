@@ -1,0 +1,208 @@
+#include "estimate/estimate.h"
+
+#include <algorithm>
+
+#include "estimate/comm_model.h"
+#include "estimate/layer_model.h"
+#include "estimate/pipeline_schedule.h"
+#include "estimate/time_model.h"
+
+namespace trainer::estimate {
+
+namespace {
+
+// Bytes AdamW and its companions move per parameter in the step: gradient norm (read), clipping
+// (read, write), fp32 gradient copy (bf16 only), the fused update (gradient, master, two moments
+// read; master and moments written), copy back to the bf16 weights, zero_grad.
+double optimizer_bytes_per_param(int64_t element_bytes) {
+  if (element_bytes == 4) return 4 + 8 + 4 + 24 + 4;
+  return 2 + 4 + (2 + 4) + (4 + 24) + (4 + 2) + 2;
+}
+
+struct StageTime {
+  SegmentTime forward, backward;
+  double recompute_s = 0;
+  double total() const { return forward.total() + backward.total(); }
+};
+
+StageTime stage_time(const JobLayout& job, const StageLayout& stage, const MicroBatchModel& model,
+                     const HardwareProfile& gpu, const std::string& dtype, const MeshPlacement& placement,
+                     bool fused) {
+  auto time = [&](const Segment& s) { return segment_time(s.costs, gpu, dtype, placement, fused); };
+  StageTime t;
+  const auto& mesh = job.mesh;
+  const int64_t per_chunk = int64_t(stage.layers.size()) / mesh.vpp;
+  const SegmentTime dense_f = time(model.dense.forward), dense_b = time(model.dense.backward);
+  SegmentTime moe_f, moe_b;
+  if (job.shape.experts > 0) {
+    moe_f = time(model.moe.forward);
+    moe_b = time(model.moe.backward);
+  }
+  for (int64_t v = 0; v < mesh.vpp; ++v) {
+    const bool first_chunk = stage.first && v == 0;
+    const bool last_chunk = stage.last && v == mesh.vpp - 1;
+    const auto& pre = first_chunk ? model.pre_first : model.pre_other;
+    const auto& head = last_chunk ? model.head_last : model.head_other;
+    t.forward.add(time(pre.forward));
+    t.backward.add(time(pre.backward));
+    t.forward.add(time(head.forward));
+    t.backward.add(time(head.backward));
+    for (int64_t i = v * per_chunk; i < (v + 1) * per_chunk; ++i) {
+      const bool moe = job.counts.layers.at(size_t(stage.layers.at(size_t(i)))).moe;
+      t.forward.add(moe ? moe_f : dense_f);
+      t.backward.add(moe ? moe_b : dense_b);
+      // What backward spends recomputing: the whole layer forward (full) or the attention core.
+      const SegmentTime& f = moe ? moe_f : dense_f;
+      if (job.shape.recompute == Recompute::Full) t.recompute_s += f.total();
+      if (job.shape.recompute == Recompute::Selective) t.recompute_s += f.attention_s;
+    }
+  }
+  return t;
+}
+
+void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, const MicroBatchModel& model,
+               const HardwareProfile& gpu, const EstimateOptions& options) {
+  const auto& mesh = job.mesh;
+  const auto& p = r.parallel;
+  const std::string& dtype = r.training.dtype;
+  const MeshPlacement placement = place_groups(mesh, r.hardware.gpus_per_node);
+  const double e = double(job.shape.dtype_bytes);
+  const int64_t m = job.microbatches;
+  TimeBreakdown best;
+  double slowest_step = -1;
+  for (const auto& stage : job.stages) {
+    const StageTime st = stage_time(job, stage, model, gpu, dtype, placement, options.fused_kernels);
+    TimeBreakdown tb;
+    SegmentTime all = st.forward;
+    all.add(st.backward);
+    tb.gemm_s = all.gemm_s * double(m);
+    tb.attention_s = all.attention_s * double(m);
+    tb.memory_bound_s = all.memory_bound_s * double(m);
+    tb.recompute_s = st.recompute_s * double(m);
+    tb.tp_comm_s = all.tp_comm_s * double(m);
+    tb.cp_comm_s = all.cp_comm_s * double(m);
+    tb.ep_comm_s = all.ep_comm_s * double(m);
+    tb.pp_comm_s = all.pp_comm_s * double(m);
+    tb.microbatch_s = all.total();
+    const double compute_mb = all.gemm_s + all.attention_s + all.memory_bound_s;
+
+    // Pipeline bubble: (pp - 1) idle micro-batch slots, of a chunk's length when interleaved.
+    if (mesh.pp > 1) {
+      const Schedule schedule = parse_schedule(p.pipeline_schedule);
+      tb.bubble_s = bubble_fraction(schedule, mesh.pp, mesh.vpp, m) * double(m) * tb.microbatch_s;
+    }
+
+    // Data parallel: gradients reduced once per step over dp x cp (dense) and edp (experts).
+    const double dense_bytes = e * double(stage.params.dense), expert_bytes = e * double(stage.params.expert);
+    const double dense_ranks = double(mesh.dp * mesh.cp), expert_ranks = double(mesh.edp);
+    if (p.zero >= 3) {
+      // Parameters gathered before each use (forward and backward) and gradients reduce-scattered
+      // every micro-batch, prefetched behind the computation.
+      double per_mb = 0;
+      per_mb += 2 * collective_seconds(CommKind::AllGather, dense_bytes, placement.dp_cp, gpu);
+      per_mb += 2 * collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
+      per_mb += collective_seconds(CommKind::ReduceScatter, dense_bytes, placement.dp_cp, gpu);
+      per_mb += collective_seconds(CommKind::ReduceScatter, expert_bytes, placement.edp, gpu);
+      tb.dp_comm_s = per_mb * double(m);
+      tb.dp_exposed_s = std::max(0.0, per_mb - compute_mb) * double(m);
+    } else {
+      const CommKind kind = p.zero >= 1 ? CommKind::ReduceScatter : CommKind::AllReduce;
+      tb.dp_comm_s = collective_seconds(kind, dense_bytes, placement.dp_cp, gpu) +
+                     collective_seconds(kind, expert_bytes, placement.edp, gpu);
+      // Buckets reduce during the last micro-batch's backward; the last bucket is always exposed.
+      const double backward_s = st.backward.total();
+      const double grad_bytes = dense_bytes + expert_bytes;
+      const double last_bucket =
+          grad_bytes > 0 ? tb.dp_comm_s * std::min(1.0, p.grad_bucket_mb * 1024 * 1024 / grad_bytes) : 0;
+      tb.dp_exposed_s = p.overlap_grad_reduce ? std::max(0.0, tb.dp_comm_s - backward_s) + std::min(tb.dp_comm_s, last_bucket)
+                                              : tb.dp_comm_s;
+      tb.dp_exposed_s = std::min(tb.dp_exposed_s, tb.dp_comm_s);
+      if (p.zero >= 1)
+        tb.param_gather_s = collective_seconds(CommKind::AllGather, dense_bytes, placement.dp_cp, gpu) +
+                            collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
+    }
+    // Optimizer: memory-bound over this rank's shard of the parameters.
+    const double shard = p.zero >= 1 ? double(stage.params.dense) / dense_ranks + double(stage.params.expert) / expert_ranks
+                                     : double(stage.params.total());
+    tb.optimizer_s = shard * optimizer_bytes_per_param(job.shape.dtype_bytes) / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
+                     double(stage.params.tensors) * 6 * gpu.kernel_overhead_s / 32.0;  // foreach kernels, 32 tensors each
+    tb.step_s = tb.microbatch_s * double(m) + tb.bubble_s + tb.dp_exposed_s + tb.param_gather_s + tb.optimizer_s;
+    if (tb.step_s > slowest_step) {
+      slowest_step = tb.step_s;
+      best = tb;
+    }
+  }
+  out.has_time = true;
+  out.time = best;
+  out.step_time_s = best.step_s;
+  out.tokens_per_s = out.tokens_per_step / out.step_time_s;
+  out.tokens_per_s_per_gpu = out.tokens_per_s / double(mesh.world_size);
+  out.tflops_per_gpu = out.model_flops_per_step / out.step_time_s / double(mesh.world_size) / 1e12;
+  out.mfu = out.tflops_per_gpu * 1e12 / gpu.peak_flops(dtype);
+}
+
+}  // namespace
+
+const MicroBatchModel& ModelCache::get(const RankShape& s) {
+  const std::vector<int64_t> key = {s.micro_batch, s.seq, s.hidden, s.q_heads, s.kv_heads, s.head_dim, s.ffn,
+                                    s.vocab, s.dtype_bytes, int64_t(s.tied_head), int64_t(s.recompute),
+                                    int64_t(s.device), s.cpu_threads, s.tp, int64_t(s.sequence_parallel), s.cp,
+                                    int64_t(s.ulysses), s.experts, s.local_experts, s.top_k, s.expert_ffn,
+                                    s.shared_ffn, s.ep, s.expert_rows};
+  auto it = models_.find(key);
+  if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
+  return it->second;
+}
+
+JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const HardwareProfile* gpu,
+                         const EstimateOptions& options, ModelCache* cache) {
+  const Device device = gpu ? Device::Gpu : Device::Cpu;
+  const JobLayout job = layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
+  ModelCache local;
+  ModelCache& models = cache ? *cache : local;
+  const MicroBatchModel& model = models.get(job.shape);
+
+  JobEstimate out;
+  out.mesh = mesh;
+  out.device = gpu ? gpu->name : "cpu";
+  out.schedule = mesh.pp > 1 ? recipe.parallel.pipeline_schedule : "none";
+  out.microbatches = job.microbatches;
+  out.counts = job.counts;
+  out.tokens_per_step = double(mesh.global_batch_size) * double(recipe.training.seq_len);
+  out.model_flops_per_step = job.counts.flops_per_token * out.tokens_per_step;
+
+  MemoryOptions memory;
+  memory.schedule = parse_schedule(recipe.parallel.pipeline_schedule);
+  memory.zero = recipe.parallel.zero;
+  memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
+  memory.gpu = gpu;
+  memory.describe_peak = options.describe_peak;
+  for (const auto& stage : job.stages) {
+    out.stages.push_back(stage_memory(job, stage, model, memory));
+    const auto& sm = out.stages.back();
+    if (sm.peak_allocated > out.peak_bytes) {
+      out.peak_bytes = sm.peak_allocated;
+      out.worst_stage = sm.stage;
+    }
+  }
+  const auto& worst = out.stages.at(size_t(out.worst_stage));
+  out.reserved_bytes = worst.reserved;
+  out.device_total_bytes = worst.device_total;
+  if (gpu) {
+    out.capacity_bytes = gpu->memory_bytes;
+    out.fits = out.device_total_bytes <= out.capacity_bytes;
+  }
+  out.peak_bytes_worst_routing = out.peak_bytes;
+  if (job.shape.experts > 0 && job.worst_expert_rows != job.shape.expert_rows) {
+    JobLayout worst_job = job;
+    worst_job.shape.expert_rows = job.worst_expert_rows;
+    const MicroBatchModel& worst_model = models.get(worst_job.shape);
+    for (const auto& stage : worst_job.stages)
+      out.peak_bytes_worst_routing =
+          std::max(out.peak_bytes_worst_routing, stage_memory(worst_job, stage, worst_model, memory).peak_allocated);
+  }
+  if (gpu && options.compute_time) fill_time(out, recipe, job, model, *gpu, options);
+  return out;
+}
+
+}  // namespace trainer::estimate

@@ -1,0 +1,136 @@
+#include "estimate/job_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace trainer::estimate {
+
+namespace {
+
+struct LayerParams {
+  int64_t dense = 0, expert = 0, norm = 0, tensors = 0;
+};
+
+LayerParams layer_params(const recipe::Recipe& r, const ModelCounts& c, bool moe) {
+  const auto& p = r.parallel;
+  const int64_t H = r.model.hidden_size;
+  LayerParams l;
+  l.norm = 2 * H;
+  l.dense = c.attention_params_per_layer / p.tp + l.norm;
+  l.tensors = 6;  // q, k, v, o, two norms
+  if (!moe) {
+    l.dense += c.dense_mlp_params_per_layer / p.tp;
+    l.tensors += 3;
+    return l;
+  }
+  const auto& m = *r.model.moe;
+  const int64_t local_experts = m.num_local_experts / p.ep;
+  l.dense += c.router_params_per_layer;  // the router is replicated
+  l.expert = local_experts * c.expert_params / p.etp;
+  l.tensors += 1 + 3 * local_experts;
+  if (m.num_shared_experts > 0) {
+    l.dense += c.shared_expert_params_per_layer / p.tp;
+    l.tensors += 3;
+  }
+  return l;
+}
+
+}  // namespace
+
+JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Device device, int64_t cpu_threads,
+                     const ModelCounts* counts) {
+  const auto& p = r.parallel;
+  const auto& m = r.model;
+  const auto& t = r.training;
+  JobLayout job;
+  job.mesh = mesh;
+  job.counts = counts ? *counts : count_model(m, t.seq_len);
+  job.microbatches = mesh.grad_accum_steps;
+
+  const int64_t chunks = mesh.pp * mesh.vpp;
+  if (chunks <= 0 || m.num_hidden_layers % chunks != 0)
+    throw std::invalid_argument("layout_job: num_hidden_layers must divide into pp * vpp chunks");
+  const int64_t per_chunk = m.num_hidden_layers / chunks;
+  const int64_t H = m.hidden_size, V = m.vocab_size;
+  for (int64_t stage = 0; stage < mesh.pp; ++stage) {
+    StageLayout s;
+    s.stage = stage;
+    s.first = stage == 0;
+    s.last = stage == mesh.pp - 1;
+    for (int64_t v = 0; v < mesh.vpp; ++v) {
+      const int64_t chunk = v * mesh.pp + stage;
+      for (int64_t l = chunk * per_chunk; l < (chunk + 1) * per_chunk; ++l) s.layers.push_back(l);
+    }
+    for (int64_t l : s.layers) {
+      const bool moe = job.counts.layers[size_t(l)].moe;
+      if (moe) ++s.moe_layers;
+      const LayerParams lp = layer_params(r, job.counts, moe);
+      s.params.dense += lp.dense;
+      s.params.expert += lp.expert;
+      s.params.norm += lp.norm;
+      s.params.tensors += lp.tensors;
+      s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert);
+    }
+    if (s.first) {
+      s.params.dense += V * H / p.tp;
+      s.params.tensors += 1;
+    }
+    if (s.last) {
+      s.params.dense += H;  // final norm
+      s.params.norm += H;
+      s.params.tensors += 1;
+      // The LM head; a tied head lives on the embedding's stage, or as a copy on the last stage.
+      if (!m.tie_word_embeddings || mesh.pp > 1) {
+        s.params.dense += V * H / p.tp;
+        s.params.tensors += 1;
+      }
+    }
+    job.stages.push_back(std::move(s));
+  }
+
+  RankShape& sh = job.shape;
+  sh.micro_batch = t.micro_batch_size;
+  sh.seq = t.seq_len / p.cp;
+  sh.hidden = H;
+  sh.q_heads = m.num_attention_heads / p.tp;
+  sh.kv_heads = m.num_key_value_heads / p.tp;
+  sh.head_dim = m.head_dim;
+  sh.ffn = m.intermediate_size / p.tp;
+  sh.vocab = V / p.tp;
+  sh.dtype_bytes = t.dtype == "fp32" ? 4 : 2;
+  sh.tied_head = m.tie_word_embeddings && mesh.pp == 1;
+  sh.recompute = parse_recompute(t.recompute);
+  sh.device = device;
+  sh.cpu_threads = std::max<int64_t>(1, cpu_threads);
+  sh.tp = p.tp;
+  sh.sequence_parallel = p.sequence_parallel;
+  sh.cp = p.cp;
+  sh.ulysses = p.cp_method == "ulysses";
+  if (m.moe) {
+    const auto& moe = *m.moe;
+    sh.experts = moe.num_local_experts;
+    sh.local_experts = moe.num_local_experts / p.ep;
+    sh.top_k = moe.num_experts_per_tok;
+    sh.expert_ffn = moe.moe_intermediate_size / p.etp;
+    sh.shared_ffn = moe.num_shared_experts * moe.moe_intermediate_size / p.tp;
+    sh.ep = p.ep;
+    // Rows (token, expert) per micro-batch. Every rank routes N*k rows; balanced routing brings
+    // as many back to its experts. A capacity factor caps each expert at
+    // ceil(cf * N * k / E) rows from each source rank. The worst dropless case sends all of the
+    // ep group's tokens to one rank's experts (each token at most min(k, local experts) times).
+    const int64_t N = sh.tokens(), rows = N * sh.top_k;
+    int64_t balanced = rows;
+    int64_t worst = p.ep * N * std::min(sh.top_k, sh.local_experts);
+    if (moe.capacity_factor) {
+      const auto capacity = int64_t(std::ceil(*moe.capacity_factor * double(rows) / double(sh.experts)));
+      balanced = std::min(balanced, sh.experts * capacity);
+      worst = std::min(worst, p.ep * sh.local_experts * capacity);
+    }
+    sh.expert_rows = balanced;
+    job.worst_expert_rows = worst;
+  }
+  return job;
+}
+
+}  // namespace trainer::estimate

@@ -1,0 +1,153 @@
+#include "estimate/memory_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace trainer::estimate {
+
+namespace {
+
+struct ChunkRun {
+  double held = 0;  // level after the forward (what the micro-batch keeps for backward)
+  double peak = 0;
+  // Where the peak is: a phase and, for layer phases, the layer.
+  enum Phase { PreForward, LayerForward, HeadForward, HeadBackward, LayerBackward, PreBackward } phase = PreForward;
+  int64_t layer = -1;
+  bool first = false, last = false;
+};
+
+std::string describe(const ChunkRun& run) {
+  switch (run.phase) {
+    case ChunkRun::PreForward: return run.first ? "embedding forward" : "receiving the stage input";
+    case ChunkRun::LayerForward: return fmt::format("forward of layer {}", run.layer);
+    case ChunkRun::HeadForward: return run.last ? "LM head and loss forward" : "sending the stage output";
+    case ChunkRun::HeadBackward: return run.last ? "LM head and loss backward" : "receiving the output gradient";
+    case ChunkRun::LayerBackward: return fmt::format("backward of layer {}", run.layer);
+    case ChunkRun::PreBackward: return run.first ? "embedding backward" : "sending the input gradient";
+  }
+  return "?";
+}
+
+// One (micro-batch, chunk) through forward and backward, from level 0; `layers` [begin, end).
+ChunkRun run_chunk(const MicroBatchModel& model, const JobLayout& job, const int64_t* begin, const int64_t* end,
+                   bool first_chunk, bool last_chunk) {
+  ChunkRun run;
+  run.first = first_chunk;
+  run.last = last_chunk;
+  double level = 0;
+  auto step = [&](const Segment& s, ChunkRun::Phase phase, int64_t layer) {
+    if (level + double(s.peak) > run.peak) {
+      run.peak = level + double(s.peak);
+      run.phase = phase;
+      run.layer = layer;
+    }
+    level += double(s.net);
+  };
+  const auto& moe_model = job.shape.experts > 0 ? model.moe : model.dense;
+  auto layer = [&](int64_t l) -> const LayerSegments& {
+    return job.counts.layers[size_t(l)].moe ? moe_model : model.dense;
+  };
+  const LayerSegments& pre = first_chunk ? model.pre_first : model.pre_other;
+  const LayerSegments& head = last_chunk ? model.head_last : model.head_other;
+  step(pre.forward, ChunkRun::PreForward, -1);
+  for (const int64_t* l = begin; l != end; ++l) step(layer(*l).forward, ChunkRun::LayerForward, *l);
+  step(head.forward, ChunkRun::HeadForward, -1);
+  run.held = level;
+  step(head.backward, ChunkRun::HeadBackward, -1);
+  for (const int64_t* l = end; l != begin;) {
+    --l;
+    step(layer(*l).backward, ChunkRun::LayerBackward, *l);
+  }
+  step(pre.backward, ChunkRun::PreBackward, -1);
+  return run;
+}
+
+}  // namespace
+
+StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const MicroBatchModel& model,
+                         const MemoryOptions& options) {
+  const auto& mesh = job.mesh;
+  const auto& shape = job.shape;
+  const double e = double(shape.dtype_bytes);
+  const int64_t zero = options.zero;
+  StageMemory sm;
+  sm.stage = stage.stage;
+  sm.layers = int64_t(stage.layers.size());
+  sm.moe_layers = stage.moe_layers;
+
+  // --- model state: ZeRO shards over dp x cp (dense parameters) and edp (expert parameters) ---
+  const double dense_ranks = double(mesh.dp * mesh.cp), expert_ranks = double(mesh.edp);
+  const double pd = double(stage.params.dense), pe = double(stage.params.expert);
+  auto sharded = [&](int64_t from_stage) {
+    return (zero >= from_stage ? pd / dense_ranks : pd) + (zero >= from_stage ? pe / expert_ranks : pe);
+  };
+  sm.parameters = e * sharded(3);
+  sm.gradients = e * sharded(2);  // gradients in the parameter dtype (autograd's .grad)
+  // AdamW: exp_avg and exp_avg_sq in fp32, plus fp32 master weights when training in bf16.
+  const double state_bytes = e == 4 ? 8 : 12;
+  sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
+  if (e != 4) {
+    // optim/adamw.cpp: the weight-decay group's gradients are copied to fp32 all at once.
+    const double norm = double(stage.params.norm);
+    sm.optimizer_step_transient = 4.0 * (sharded(1) - (zero >= 1 ? norm / dense_ranks : norm));
+  }
+  sm.model_buffers = double(shape.head_dim / 2) * 4.0;
+  const bool data_parallel = mesh.dp * mesh.cp > 1 || mesh.edp > 1;
+  if (zero >= 2 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
+  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * double(stage.largest_layer_params) * e;
+  if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
+  sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers + sm.comm_buffers +
+                    sm.cublas_workspace;
+
+  // --- activations: per layer, per micro-batch, in flight ------------------------------------
+  sm.activations_per_layer_dense = double(model.dense.forward.net);
+  sm.activations_per_layer_moe = double(model.moe.forward.net);
+  const auto schedule = mesh.pp > 1 ? options.schedule : Schedule::OneFOneB;
+  sm.inflight_chunks = peak_inflight_chunks(schedule, mesh.pp, mesh.vpp, stage.stage, job.microbatches);
+  sm.inflight_microbatches = double(sm.inflight_chunks) / double(mesh.vpp);
+
+  const int64_t per_chunk = int64_t(stage.layers.size()) / mesh.vpp;
+  double held_total = 0;
+  ChunkRun highest;
+  for (int64_t v = 0; v < mesh.vpp; ++v) {
+    const int64_t* begin = stage.layers.data() + v * per_chunk;
+    const bool first_chunk = stage.first && v == 0;
+    const bool last_chunk = stage.last && v == mesh.vpp - 1;
+    const ChunkRun run = run_chunk(model, job, begin, begin + per_chunk, first_chunk, last_chunk);
+    held_total += run.held;
+    if (v == 0 || run.peak >= highest.peak) highest = run;
+  }
+  sm.activations_microbatch = held_total;
+  const double held_per_chunk = held_total / double(mesh.vpp);
+  sm.activations_other_microbatches = double(sm.inflight_chunks - 1) * held_per_chunk;
+  sm.microbatch_peak = highest.peak;
+  sm.microbatch_peak_at = options.describe_peak ? describe(highest) : std::string();
+  if (stage.last) {
+    const auto& head = model.head_last;
+    sm.logits_and_loss = double(head.forward.net);
+    sm.logits_and_loss_peak = std::max(double(head.forward.peak), double(head.forward.net + head.backward.peak));
+  }
+
+  // --- the peak: during some micro-batch, or in the optimizer step ---------------------------
+  const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak;
+  if (sm.optimizer_step_transient > during_microbatch) {
+    sm.peak_allocated = sm.static_bytes + sm.optimizer_step_transient;
+    sm.peak_phase = "optimizer step (fp32 gradient copies)";
+  } else {
+    sm.peak_allocated = sm.static_bytes + during_microbatch;
+    sm.peak_phase = sm.microbatch_peak_at;
+    if (sm.inflight_chunks > 1 && options.describe_peak)
+      sm.peak_phase += fmt::format(" with {} (micro-batch, chunk) forwards in flight", sm.inflight_chunks);
+  }
+  if (options.gpu) {
+    sm.reserved = sm.peak_allocated * options.gpu->fragmentation;
+    sm.device_total = sm.reserved + options.gpu->framework_overhead_bytes;
+  } else {
+    sm.reserved = sm.peak_allocated;
+    sm.device_total = sm.peak_allocated;
+  }
+  return sm;
+}
+
+}  // namespace trainer::estimate

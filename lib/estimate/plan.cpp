@@ -1,0 +1,248 @@
+#include "estimate/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "core/error.h"
+#include "estimate/report.h"
+#include "recipe/mesh_shape.h"
+#include "recipe/validate.h"
+
+namespace trainer::estimate {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n, int64_t limit) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= std::min(n, limit); ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::vector<int64_t> powers_of_two(int64_t limit) {
+  std::vector<int64_t> p;
+  for (int64_t i = 1; i <= limit; i *= 2) p.push_back(i);
+  return p;
+}
+
+std::vector<std::string> overrides_of(const recipe::Recipe& base, const recipe::Recipe& r) {
+  const auto& p = r.parallel;
+  const auto& t = r.training;
+  std::vector<std::string> o = {
+      fmt::format("parallel.tp={}", p.tp),
+      fmt::format("parallel.cp={}", p.cp),
+      fmt::format("parallel.pp={}", p.pp),
+      fmt::format("parallel.vpp={}", p.vpp),
+      fmt::format("parallel.pipeline_schedule={}", p.pipeline_schedule),
+      fmt::format("parallel.sequence_parallel={}", p.sequence_parallel ? "true" : "false"),
+      fmt::format("parallel.zero={}", p.zero),
+      fmt::format("training.micro_batch_size={}", t.micro_batch_size),
+      fmt::format("training.recompute={}", t.recompute),
+  };
+  if (r.model.moe) {
+    o.push_back(fmt::format("parallel.ep={}", p.ep));
+    o.push_back(fmt::format("parallel.etp={}", p.etp));
+  }
+  if (base.parallel.dp != -1) o.push_back("parallel.dp=-1");
+  if (!base.training.global_batch_size)
+    o.push_back(fmt::format("training.global_batch_size={}", t.global_batch_size.value_or(0)));
+  return o;
+}
+
+}  // namespace
+
+PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t N = options.gpus;
+  if (N < 1) throw UserError(fmt::format("--gpus {} is not a number of GPUs", N));
+  const auto& m = base.model;
+  const auto& bt = base.training;
+  PlanResult result;
+  // The global batch stays what the recipe trains with: its own, or (null) one micro-batch per
+  // data-parallel rank of the recipe's own layout at N GPUs.
+  const int64_t recipe_dense = base.parallel.tp * base.parallel.cp * base.parallel.pp;
+  const int64_t gbs = bt.global_batch_size.value_or(bt.micro_batch_size * std::max<int64_t>(1, N / recipe_dense));
+  result.global_batch_size = gbs;
+
+  const int64_t gpn = base.hardware.gpus_per_node;
+  std::vector<int64_t> tps;
+  for (int64_t t : powers_of_two(std::min(gpn, N)))
+    if (m.num_attention_heads % t == 0 && m.num_key_value_heads % t == 0 && m.intermediate_size % t == 0 &&
+        (t == 1 || m.vocab_size % t == 0))
+      tps.push_back(t);
+  std::vector<int64_t> cps;
+  for (int64_t c : powers_of_two(std::min<int64_t>(32, N)))
+    if (c == 1 || bt.seq_len % (2 * c) == 0) cps.push_back(c);
+  const std::vector<int64_t> pps = divisors(m.num_hidden_layers, N);
+  std::vector<int64_t> mbss = {1, 2, 4, 8, 16};
+  if (std::find(mbss.begin(), mbss.end(), bt.micro_batch_size) == mbss.end()) mbss.push_back(bt.micro_batch_size);
+  const std::vector<std::string> recomputes = {"none", "selective", "full"};
+  std::vector<int64_t> eps = {1};
+  if (m.moe) eps = divisors(m.moe->num_local_experts, N);
+
+  ModelCache cache;
+  const ModelCounts counts = count_model(m, bt.seq_len);
+  EstimateOptions memory_only;
+  memory_only.compute_time = false;
+  memory_only.describe_peak = false;
+  memory_only.counts = &counts;
+  EstimateOptions with_time = memory_only;
+  with_time.compute_time = true;
+  std::vector<PlanCandidate> fitting;
+  const double limit = (1.0 - options.memory_margin) * gpu.memory_bytes;
+  recipe::Recipe r = base;  // the candidate, rewritten in place
+  for (int64_t tp : tps)
+    for (int64_t cp : cps)
+      for (int64_t pp : pps) {
+        if (N % (tp * cp * pp) != 0) continue;
+        const int64_t dp = N / (tp * cp * pp);
+        std::vector<int64_t> vpps = {1};
+        if (pp > 1)
+          for (int64_t v : divisors(m.num_hidden_layers / pp, 8))
+            if (v > 1) vpps.push_back(v);
+        std::vector<int64_t> etps = {tp};
+        if (m.moe && tp > 1) etps.push_back(1);
+        for (int64_t mbs : mbss) {
+          if (gbs % (mbs * dp) != 0) continue;
+          const int64_t micro = gbs / (mbs * dp);
+          if (pp > 1 && micro < pp) continue;
+          for (int64_t vpp : vpps) {
+            if (vpp > 1 && micro % pp != 0) continue;
+            for (int64_t ep : eps)
+              for (int64_t etp : etps) {
+                if (m.moe && (N % (etp * ep * pp) != 0 || m.moe->moe_intermediate_size % etp != 0)) continue;
+                const int64_t edp = N / (etp * ep * pp);
+                for (const auto& recompute : recomputes)
+                  for (int64_t zero = 0; zero <= 3; ++zero) {
+                    // Without data parallelism every ZeRO stage is the same configuration.
+                    if (zero > 0 && dp * cp == 1 && edp == 1) continue;
+                    ++result.considered;
+                    auto& p = r.parallel;
+                    p.tp = tp;
+                    p.cp = cp;
+                    p.pp = pp;
+                    p.vpp = vpp;
+                    p.dp = -1;
+                    p.ep = ep;
+                    p.etp = m.moe ? etp : tp;
+                    p.zero = zero;
+                    p.sequence_parallel = tp > 1;
+                    p.pipeline_schedule = vpp > 1 ? "interleaved_1f1b" : "1f1b";
+                    r.training.micro_batch_size = mbs;
+                    r.training.global_batch_size = gbs;
+                    r.training.recompute = recompute;
+                    if (!recipe::validate_recipe(r, N).empty()) continue;
+                    ++result.valid;
+                    const recipe::MeshShape mesh = recipe::mesh_shape(r, N);
+                    if (estimate_job(r, mesh, &gpu, memory_only, &cache).device_total_bytes > limit) continue;
+                    ++result.fitting;
+                    PlanCandidate c;
+                    c.estimate = estimate_job(r, mesh, &gpu, with_time, &cache);
+                    c.recipe = r;
+                    fitting.push_back(std::move(c));
+                  }
+              }
+          }
+        }
+      }
+  const auto faster = [](const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.estimate.tokens_per_s != b.estimate.tokens_per_s) return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
+    return a.estimate.device_total_bytes < b.estimate.device_total_bytes;
+  };
+  const size_t keep = std::min(fitting.size(), size_t(std::max<int64_t>(0, options.top)));
+  std::partial_sort(fitting.begin(), fitting.begin() + ptrdiff_t(keep), fitting.end(), faster);
+  fitting.resize(keep);
+  for (auto& c : fitting) {
+    c.overrides = overrides_of(base, c.recipe);
+    c.estimate = estimate_job(c.recipe, c.estimate.mesh, &gpu, {}, &cache);  // with the peak described
+  }
+  result.best = std::move(fitting);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+nlohmann::json plan_json(const PlanResult& result, const HardwareProfile& gpu, const PlanOptions& options,
+                         const std::string& recipe_path) {
+  nlohmann::json configurations = nlohmann::json::array();
+  int rank = 0;
+  for (const auto& c : result.best) {
+    const auto& p = c.recipe.parallel;
+    const auto& e = c.estimate;
+    configurations.push_back({
+        {"rank", ++rank},
+        {"parallel",
+         {{"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"vpp", p.vpp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", e.mesh.dp},
+          {"edp", e.mesh.edp}, {"zero", p.zero}, {"sequence_parallel", p.sequence_parallel},
+          {"pipeline_schedule", p.pipeline_schedule}}},
+        {"training",
+         {{"micro_batch_size", c.recipe.training.micro_batch_size},
+          {"recompute", c.recipe.training.recompute},
+          {"microbatches", e.microbatches}}},
+        {"memory",
+         {{"peak_bytes", e.peak_bytes},
+          {"peak_bytes_worst_routing", e.peak_bytes_worst_routing},
+          {"device_total_bytes", e.device_total_bytes}}},
+        {"step_time_s", e.step_time_s},
+        {"tokens_per_s", e.tokens_per_s},
+        {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
+        {"tflops_per_gpu", e.tflops_per_gpu},
+        {"mfu", e.mfu},
+        {"overrides", c.overrides},
+    });
+  }
+  return {{"schema_version", kEstimateSchemaVersion},
+          {"recipe", recipe_path},
+          {"gpus", options.gpus},
+          {"gpu", gpu.name},
+          {"global_batch_size", result.global_batch_size},
+          {"memory_margin", options.memory_margin},
+          {"memory_limit_bytes", (1.0 - options.memory_margin) * gpu.memory_bytes},
+          {"considered", result.considered},
+          {"valid", result.valid},
+          {"fitting", result.fitting},
+          {"search_seconds", result.seconds},
+          {"configurations", configurations}};
+}
+
+std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, const PlanOptions& options,
+                      const std::string& recipe_path) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("plan for {} on {} x {} (global batch {} sequences; memory limit {:.0f}% of {} = {})", recipe_path,
+                   options.gpus, gpu.name, result.global_batch_size, 100 * (1 - options.memory_margin),
+                   format_bytes(gpu.memory_bytes), format_bytes((1 - options.memory_margin) * gpu.memory_bytes)));
+  line(fmt::format("considered {} combinations of tp, cp, pp, vpp, ep, etp, micro-batch, recompute and ZeRO: {} valid, {} fit "
+                   "({:.2f} s)",
+                   result.considered, result.valid, result.fitting, result.seconds));
+  if (result.best.empty()) {
+    line("no configuration fits; try more GPUs, a smaller micro-batch or sequence, or a GPU with more memory");
+    return out;
+  }
+  line("");
+  line(fmt::format("{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>5} {:>4} {:>9} {:>4} {:>16} {:>10} {:>9} {:>10} {:>8} {:>6}",
+                   "#", "tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "recompute", "zero", "schedule", "memory",
+                   "step", "tokens/s", "per GPU", "MFU"));
+  int rank = 0;
+  for (const auto& c : result.best) {
+    const auto& p = c.recipe.parallel;
+    const auto& e = c.estimate;
+    line(fmt::format("{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>5} {:>4} {:>9} {:>4} {:>16} {:>10} {:>8.3f}s {:>10.0f} "
+                     "{:>8.0f} {:>5.1f}%",
+                     ++rank, p.tp, p.cp, p.pp, p.vpp, p.ep, p.etp, e.mesh.dp, c.recipe.training.micro_batch_size,
+                     c.recipe.training.recompute, p.zero, p.pp > 1 ? p.pipeline_schedule : "-",
+                     format_bytes(e.device_total_bytes), e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu,
+                     100 * e.mfu));
+  }
+  line("");
+  std::string sets;
+  for (const auto& o : result.best.front().overrides) sets += " --set " + o;
+  line(fmt::format("#1 as overrides:{}", sets));
+  line("memory is the device total (allocated x fragmentation + framework overhead); details: trainer estimate with "
+       "these overrides");
+  return out;
+}
+
+}  // namespace trainer::estimate

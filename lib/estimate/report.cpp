@@ -1,0 +1,234 @@
+#include "estimate/report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace trainer::estimate {
+
+namespace {
+
+using nlohmann::json;
+
+json number_or_null(bool present, double value) { return present ? json(value) : json(nullptr); }
+
+json stage_json(const StageMemory& s) {
+  return {
+      {"stage", s.stage},
+      {"layers", s.layers},
+      {"moe_layers", s.moe_layers},
+      {"peak_bytes", s.peak_allocated},
+      {"peak_phase", s.peak_phase},
+      {"reserved_bytes", s.reserved},
+      {"device_total_bytes", s.device_total},
+      {"breakdown",
+       {{"parameters", s.parameters},
+        {"gradients", s.gradients},
+        {"optimizer_states", s.optimizer_states},
+        {"model_buffers", s.model_buffers},
+        {"comm_buffers", s.comm_buffers},
+        {"cublas_workspace", s.cublas_workspace},
+        {"activations_per_layer", {{"dense", s.activations_per_layer_dense}, {"moe", s.activations_per_layer_moe}}},
+        {"activations_microbatch", s.activations_microbatch},
+        {"inflight_chunks", s.inflight_chunks},
+        {"inflight_microbatches", s.inflight_microbatches},
+        {"activations_other_microbatches", s.activations_other_microbatches},
+        {"microbatch_peak", s.microbatch_peak},
+        {"microbatch_peak_at", s.microbatch_peak_at},
+        {"logits_and_loss", s.logits_and_loss},
+        {"logits_and_loss_peak", s.logits_and_loss_peak},
+        {"optimizer_step_transient", s.optimizer_step_transient}}},
+  };
+}
+
+json time_json(const TimeBreakdown& t) {
+  return {{"gemm_s", t.gemm_s},
+          {"attention_s", t.attention_s},
+          {"memory_bound_s", t.memory_bound_s},
+          {"recompute_s", t.recompute_s},
+          {"tp_comm_s", t.tp_comm_s},
+          {"cp_comm_s", t.cp_comm_s},
+          {"ep_comm_s", t.ep_comm_s},
+          {"pp_comm_s", t.pp_comm_s},
+          {"microbatch_s", t.microbatch_s},
+          {"bubble_s", t.bubble_s},
+          {"dp_comm_s", t.dp_comm_s},
+          {"dp_exposed_s", t.dp_exposed_s},
+          {"param_gather_s", t.param_gather_s},
+          {"optimizer_s", t.optimizer_s}};
+}
+
+std::string count_text(double n) {
+  if (n >= 1e12) return fmt::format("{:.2f}T", n / 1e12);
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}k", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+std::string seconds_text(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+}  // namespace
+
+std::string format_bytes(double bytes) {
+  const double a = std::fabs(bytes);
+  if (a >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024 * 1024));
+  if (a >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  if (a >= 1024.0) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::vector<std::string> estimate_assumptions(const JobEstimate& e, const ReportContext& c) {
+  std::vector<std::string> a;
+  a.push_back(
+      "memory.peak_bytes is the allocator's peak allocated tensor bytes of the worst rank (what "
+      "torch.cuda.max_memory_allocated and the CPU byte counter report), replayed from the tensors our "
+      "implementation creates and autograd saves");
+  if (c.gpu) {
+    a.push_back(fmt::format("reserved = allocated x {:.2f} (caching-allocator fragmentation); device total adds {} "
+                            "for the CUDA context, libraries and NCCL buffers",
+                            c.gpu->fragmentation, format_bytes(c.gpu->framework_overhead_bytes)));
+  } else {
+    a.push_back("CPU (trainer run --cpu): memory only; per-thread attention buffers counted for 1 thread");
+  }
+  if (e.counts.num_moe_layers > 0)
+    a.push_back("MoE: peak_bytes assumes balanced routing (each expert gets its share of the rows); "
+                "peak_bytes_worst_routing sends every token of the expert-parallel group to one rank's experts");
+  if (c.recipe) {
+    const auto& p = c.recipe->parallel;
+    if (p.tp > 1 || p.cp > 1 || p.ep > 1 || p.pp > 1 || p.zero >= 2)
+      a.push_back("tp/sp/cp/ep/pp and ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 where the runtime does "
+                  "not implement them yet (sp saves the sharded norm output and gathers again in backward)");
+  }
+  if (c.gpu) {
+    a.push_back(c.fused_kernels ? "time: memory-bound operations fused (a third of eager traffic and launches)"
+                                : "time: memory-bound operations as our eager implementation runs them (unfused)");
+    a.push_back("time: model FLOPs per token 6N + 12 L H Q T (PaLM); attention executes half of its term (causal)");
+  }
+  return a;
+}
+
+json estimate_json(const JobEstimate& e, const ReportContext& c) {
+  const auto& m = e.mesh;
+  json out;
+  out["schema_version"] = kEstimateSchemaVersion;
+  out["recipe"] = c.recipe_path;
+  out["device"] = e.device;
+  out["gpu"] = c.gpu ? profile_to_json(*c.gpu) : json(nullptr);
+  out["world_size"] = m.world_size;
+  out["gpus_per_node"] = c.recipe ? json(c.recipe->hardware.gpus_per_node) : json(nullptr);
+  out["mesh"] = {{"tp", m.tp},   {"cp", m.cp},   {"dp", m.dp},   {"pp", m.pp},
+                 {"vpp", m.vpp}, {"ep", m.ep},   {"etp", m.etp}, {"edp", m.edp},
+                 {"global_batch_size", m.global_batch_size},
+                 {"micro_batch_size", c.recipe ? json(c.recipe->training.micro_batch_size) : json(nullptr)},
+                 {"microbatches", e.microbatches}};
+  if (c.recipe) {
+    const auto& p = c.recipe->parallel;
+    const auto& t = c.recipe->training;
+    out["parallel"] = {{"zero", p.zero},
+                       {"sequence_parallel", p.sequence_parallel},
+                       {"pipeline_schedule", e.schedule},
+                       {"cp_method", p.cp_method},
+                       {"recompute", t.recompute},
+                       {"dtype", t.dtype},
+                       {"seq_len", t.seq_len}};
+  }
+  out["model"] = {{"parameters", e.counts.total_params},
+                  {"active_parameters", e.counts.active_params},
+                  {"flops_per_token", e.counts.flops_per_token}};
+  json stages = json::array();
+  for (const auto& s : e.stages) stages.push_back(stage_json(s));
+  out["memory"] = {{"predicted", "allocated"},
+                   {"peak_bytes", e.peak_bytes},
+                   {"peak_bytes_worst_routing", e.peak_bytes_worst_routing},
+                   {"worst_stage", e.worst_stage},
+                   {"peak_phase", e.stages.at(size_t(e.worst_stage)).peak_phase},
+                   {"reserved_bytes", e.reserved_bytes},
+                   {"device_total_bytes", e.device_total_bytes},
+                   {"capacity_bytes", number_or_null(c.gpu != nullptr, e.capacity_bytes)},
+                   {"fits", c.gpu ? json(e.fits) : json(nullptr)},
+                   {"fragmentation_factor", number_or_null(c.gpu != nullptr, c.gpu ? c.gpu->fragmentation : 0)},
+                   {"framework_overhead_bytes",
+                    number_or_null(c.gpu != nullptr, c.gpu ? c.gpu->framework_overhead_bytes : 0)},
+                   {"stages", stages}};
+  out["step_time_s"] = number_or_null(e.has_time, e.step_time_s);
+  out["tokens_per_step"] = e.tokens_per_step;
+  out["tokens_per_s"] = number_or_null(e.has_time, e.tokens_per_s);
+  out["tokens_per_s_per_gpu"] = number_or_null(e.has_time, e.tokens_per_s_per_gpu);
+  out["tflops_per_gpu"] = number_or_null(e.has_time, e.tflops_per_gpu);
+  out["mfu"] = number_or_null(e.has_time, e.mfu);
+  out["time"] = e.has_time ? json{{"fused_kernels", c.fused_kernels}, {"breakdown", time_json(e.time)}} : json(nullptr);
+  out["assumptions"] = estimate_assumptions(e, c);
+  return out;
+}
+
+std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
+  const auto& m = e.mesh;
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("{}: {} parameters ({} active), {} FLOPs/token", c.recipe_path, count_text(double(e.counts.total_params)),
+                   count_text(double(e.counts.active_params)), count_text(e.counts.flops_per_token)));
+  line(fmt::format("mesh: world {} = tp {} x cp {} x dp {} x pp {} (vpp {}){}; experts etp {} x ep {} x edp {}{}",
+                   m.world_size, m.tp, m.cp, m.dp, m.pp, m.vpp,
+                   m.pp > 1 ? fmt::format(", {}", e.schedule) : "", m.etp, m.ep, m.edp,
+                   c.world_size_note.empty() ? "" : " (" + c.world_size_note + ")"));
+  if (c.recipe) {
+    const auto& t = c.recipe->training;
+    line(fmt::format("batch: {} sequences of {} tokens = {} micro-batches of {} per rank | {} | recompute {} | zero {}{}",
+                     m.global_batch_size, t.seq_len, e.microbatches, t.micro_batch_size, t.dtype, t.recompute,
+                     c.recipe->parallel.zero, c.recipe->parallel.sequence_parallel ? " | sequence parallel" : ""));
+  }
+  line(fmt::format("device: {}", c.gpu ? fmt::format("{} ({}, {} per GPU)", c.gpu->name, c.gpu->description,
+                                                      format_bytes(c.gpu->memory_bytes))
+                                       : "CPU (trainer run --cpu)"));
+  line("");
+  line("memory per rank (peak allocated tensor bytes; worst stage marked *):");
+  line(fmt::format("  {:>5} {:>6} {:>11} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>11}", "stage", "layers", "params",
+                   "grads", "optimizer", "act/layer", "in-flight", "activations", "logits", "peak"));
+  for (const auto& s : e.stages) {
+    const double per_layer = s.moe_layers > 0 ? s.activations_per_layer_moe : s.activations_per_layer_dense;
+    line(fmt::format("  {:>4}{} {:>6} {:>11} {:>11} {:>11} {:>11} {:>9.2f} {:>11} {:>11} {:>11}", s.stage,
+                     s.stage == e.worst_stage ? "*" : " ", s.layers, format_bytes(s.parameters), format_bytes(s.gradients),
+                     format_bytes(s.optimizer_states), format_bytes(per_layer), s.inflight_microbatches,
+                     format_bytes(s.activations_other_microbatches + s.activations_microbatch),
+                     format_bytes(s.logits_and_loss_peak), format_bytes(s.peak_allocated)));
+  }
+  const auto& w = e.stages.at(size_t(e.worst_stage));
+  line(fmt::format("  peak: {} at {}", format_bytes(e.peak_bytes), w.peak_phase));
+  if (e.peak_bytes_worst_routing > e.peak_bytes)
+    line(fmt::format("  worst-case MoE routing (all tokens to one rank's experts): {}", format_bytes(e.peak_bytes_worst_routing)));
+  if (w.comm_buffers > 0 || w.cublas_workspace > 0)
+    line(fmt::format("  included: communication buffers {}, cuBLAS workspace {}", format_bytes(w.comm_buffers),
+                     format_bytes(w.cublas_workspace)));
+  if (c.gpu)
+    line(fmt::format("  reserved {} (x{:.2f} fragmentation) + {} CUDA context, libraries, NCCL = {} of {}: {}",
+                     format_bytes(e.reserved_bytes), c.gpu->fragmentation, format_bytes(c.gpu->framework_overhead_bytes),
+                     format_bytes(e.device_total_bytes), format_bytes(e.capacity_bytes),
+                     e.fits ? "fits" : "DOES NOT FIT"));
+  if (e.has_time) {
+    const auto& t = e.time;
+    line("");
+    line(fmt::format("step time: {} | {} tokens/s ({} per GPU) | {:.1f} TFLOP/s per GPU | MFU {:.1f}%",
+                     seconds_text(e.step_time_s), count_text(e.tokens_per_s), count_text(e.tokens_per_s_per_gpu),
+                     e.tflops_per_gpu, 100 * e.mfu));
+    line(fmt::format("  per micro-batch on the slowest stage: {} x {} micro-batches", seconds_text(t.microbatch_s),
+                     e.microbatches));
+    line(fmt::format("  compute: GEMM {}, attention {}, memory-bound {} (recompute {} of these)", seconds_text(t.gemm_s),
+                     seconds_text(t.attention_s), seconds_text(t.memory_bound_s), seconds_text(t.recompute_s)));
+    line(fmt::format("  exposed communication: tp {}, cp {}, ep {}, pp {}, dp {} of {}, parameter gather {}",
+                     seconds_text(t.tp_comm_s), seconds_text(t.cp_comm_s), seconds_text(t.ep_comm_s),
+                     seconds_text(t.pp_comm_s), seconds_text(t.dp_exposed_s), seconds_text(t.dp_comm_s),
+                     seconds_text(t.param_gather_s)));
+    line(fmt::format("  pipeline bubble {}, optimizer {}", seconds_text(t.bubble_s), seconds_text(t.optimizer_s)));
+  }
+  line("");
+  line("assumptions:");
+  for (const auto& a : estimate_assumptions(e, c)) line("  - " + a);
+  return out;
+}
+
+}  // namespace trainer::estimate

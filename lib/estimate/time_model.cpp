@@ -1,0 +1,55 @@
+#include "estimate/time_model.h"
+
+#include <algorithm>
+
+namespace trainer::estimate {
+
+namespace {
+constexpr double kFusedFraction = 1.0 / 3.0;
+}
+
+void SegmentTime::add(const SegmentTime& o, double times) {
+  gemm_s += o.gemm_s * times;
+  attention_s += o.attention_s * times;
+  memory_bound_s += o.memory_bound_s * times;
+  tp_comm_s += o.tp_comm_s * times;
+  cp_comm_s += o.cp_comm_s * times;
+  ep_comm_s += o.ep_comm_s * times;
+  pp_comm_s += o.pp_comm_s * times;
+}
+
+SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const std::string& dtype,
+                         const MeshPlacement& placement, bool fused_kernels) {
+  SegmentTime t;
+  const double peak = gpu.peak_flops(dtype);
+  const double hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency;
+  for (const auto& g : costs.gemms) {
+    const double compute = g.flops() / (peak * gpu.gemm_efficiency) + gpu.gemm_latency_s;
+    t.gemm_s += std::max(compute, g.bytes / hbm);
+  }
+  t.attention_s = costs.attention_flops / (peak * gpu.attention_efficiency);
+  const double fraction = fused_kernels ? kFusedFraction : 1.0;
+  t.memory_bound_s = fraction * (costs.memory_bytes / hbm + double(costs.memory_kernels) * gpu.kernel_overhead_s);
+  double overlapped_cp = 0;
+  for (const auto& c : costs.comms) {
+    const double s = collective_seconds(c.kind, c.bytes, placement.of(c.group), gpu);
+    switch (c.group) {
+      case CommGroup::Tp:
+      case CommGroup::Etp: t.tp_comm_s += s; break;
+      case CommGroup::Cp:
+        if (c.overlapped)
+          overlapped_cp += s;
+        else
+          t.cp_comm_s += s;
+        break;
+      case CommGroup::Ep: t.ep_comm_s += s; break;
+      case CommGroup::Pp: t.pp_comm_s += s; break;
+      case CommGroup::Dp:
+      case CommGroup::Edp: break;  // gradient reduction is modelled per step
+    }
+  }
+  t.cp_comm_s += std::max(0.0, overlapped_cp - t.attention_s);
+  return t;
+}
+
+}  // namespace trainer::estimate

@@ -1,0 +1,30 @@
+#pragma once
+// Time of the operations a Timeline recorded (layer_model.h) on a GPU profile:
+//   GEMM        max(flops / (peak * gemm_efficiency) + gemm_latency, bytes / (HBM * hbm_efficiency))
+//   attention   flops / (peak * attention_efficiency)   (flash attention, causal half counted)
+//   memory-bound  bytes / (HBM * hbm_efficiency) + kernels * kernel_overhead
+//   collectives alpha-beta per link (comm_model.h); a ring-attention exchange is hidden behind the
+//               attention computing beside it, everything else inside a layer is exposed.
+#include <string>
+
+#include "estimate/comm_model.h"
+#include "estimate/hardware.h"
+#include "estimate/tensor_timeline.h"
+
+namespace trainer::estimate {
+
+struct SegmentTime {
+  double gemm_s = 0, attention_s = 0, memory_bound_s = 0;
+  double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0, pp_comm_s = 0;
+  double total() const {
+    return gemm_s + attention_s + memory_bound_s + tp_comm_s + cp_comm_s + ep_comm_s + pp_comm_s;
+  }
+  void add(const SegmentTime& o, double times = 1);
+};
+
+// `fused_kernels`: memory-bound work as fused kernels would do it (Megatron/TE, torch.compile):
+// a third of our eager implementation's traffic and launches.
+SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const std::string& dtype,
+                         const MeshPlacement& placement, bool fused_kernels);
+
+}  // namespace trainer::estimate
