@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "commands.h"
@@ -60,9 +61,14 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
     auto context = std::make_shared<comm::CommContext>();
     context->global_rank = env.rank;
     context->timeout = std::chrono::milliseconds(int64_t(loaded.recipe.parallel.collective_timeout_s * 1000));
-    const bool one_node = env.local_world_size == env.world_size;
-    groups = std::make_unique<mesh::ProcessGroups>(mesh::RankLayout(*loaded.mesh), env.rank, store, context,
-                                                   one_node ? "127.0.0.1" : "");
+    mesh::Backend backend;
+    if (!options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs())) {
+      backend.kind = mesh::Backend::Kind::Nccl;  // one GPU per local rank
+      backend.device_index = int(env.local_rank);
+    } else {
+      backend.interface_address = env.local_world_size == env.world_size ? "127.0.0.1" : "";
+    }
+    groups = std::make_unique<mesh::ProcessGroups>(mesh::RankLayout(*loaded.mesh), env.rank, store, context, backend);
   }
   train::TrainOptions train_options;
   train_options.force_cpu = options.cpu;

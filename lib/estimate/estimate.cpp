@@ -205,4 +205,12 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   return out;
 }
 
+void add_step_time(JobEstimate& estimate, const recipe::Recipe& recipe, const HardwareProfile& gpu,
+                   const EstimateOptions& options, ModelCache* cache) {
+  const JobLayout job = layout_job(recipe, estimate.mesh, Device::Gpu, options.cpu_threads, options.counts);
+  ModelCache local;
+  ModelCache& models = cache ? *cache : local;
+  fill_time(estimate, recipe, job, models.get(job.shape), gpu, options);
+}
+
 }  // namespace trainer::estimate

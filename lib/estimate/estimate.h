@@ -94,4 +94,8 @@ class ModelCache {
 JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const HardwareProfile* gpu,
                          const EstimateOptions& options = {}, ModelCache* cache = nullptr);
 
+// Adds the step time to an estimate made with compute_time false (plan: time only what fits).
+void add_step_time(JobEstimate& estimate, const recipe::Recipe& recipe, const HardwareProfile& gpu,
+                   const EstimateOptions& options = {}, ModelCache* cache = nullptr);
+
 }  // namespace trainer::estimate

@@ -89,9 +89,14 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
   memory_only.compute_time = false;
   memory_only.describe_peak = false;
   memory_only.counts = &counts;
-  EstimateOptions with_time = memory_only;
-  with_time.compute_time = true;
-  std::vector<PlanCandidate> fitting;
+  // Faster first: more tokens/s, then less memory.
+  const auto faster = [](const JobEstimate& a, const JobEstimate& b) {
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.device_total_bytes < b.device_total_bytes;
+  };
+  const auto by_speed = [&](const PlanCandidate& a, const PlanCandidate& b) { return faster(a.estimate, b.estimate); };
+  const int64_t top = std::max<int64_t>(1, options.top);
+  std::vector<PlanCandidate> kept;
   const double limit = (1.0 - options.memory_margin) * gpu.memory_bytes;
   recipe::Recipe r = base;  // the candidate, rewritten in place
   for (int64_t tp : tps)
@@ -137,29 +142,32 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     if (!recipe::validate_recipe(r, N).empty()) continue;
                     ++result.valid;
                     const recipe::MeshShape mesh = recipe::mesh_shape(r, N);
-                    if (estimate_job(r, mesh, &gpu, memory_only, &cache).device_total_bytes > limit) continue;
+                    JobEstimate e = estimate_job(r, mesh, &gpu, memory_only, &cache);
+                    if (e.device_total_bytes > limit) continue;
                     ++result.fitting;
+                    add_step_time(e, r, gpu, memory_only, &cache);
+                    // Keep the `top` fastest: a heap whose front is the slowest kept.
+                    if (int64_t(kept.size()) == top && !faster(e, kept.front().estimate)) continue;
                     PlanCandidate c;
-                    c.estimate = estimate_job(r, mesh, &gpu, with_time, &cache);
+                    c.estimate = std::move(e);
                     c.recipe = r;
-                    fitting.push_back(std::move(c));
+                    kept.push_back(std::move(c));
+                    std::push_heap(kept.begin(), kept.end(), by_speed);
+                    if (int64_t(kept.size()) > top) {
+                      std::pop_heap(kept.begin(), kept.end(), by_speed);
+                      kept.pop_back();
+                    }
                   }
               }
           }
         }
       }
-  const auto faster = [](const PlanCandidate& a, const PlanCandidate& b) {
-    if (a.estimate.tokens_per_s != b.estimate.tokens_per_s) return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
-    return a.estimate.device_total_bytes < b.estimate.device_total_bytes;
-  };
-  const size_t keep = std::min(fitting.size(), size_t(std::max<int64_t>(0, options.top)));
-  std::partial_sort(fitting.begin(), fitting.begin() + ptrdiff_t(keep), fitting.end(), faster);
-  fitting.resize(keep);
-  for (auto& c : fitting) {
+  std::sort(kept.begin(), kept.end(), by_speed);
+  for (auto& c : kept) {
     c.overrides = overrides_of(base, c.recipe);
     c.estimate = estimate_job(c.recipe, c.estimate.mesh, &gpu, {}, &cache);  // with the peak described
   }
-  result.best = std::move(fitting);
+  result.best = std::move(kept);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

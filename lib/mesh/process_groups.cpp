@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
 
 namespace trainer::mesh {
 
@@ -13,32 +14,34 @@ namespace {
 std::unique_ptr<comm::Communicator> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                                const std::vector<int64_t>& ranks, int64_t global_rank,
                                                const std::shared_ptr<comm::CommContext>& context,
-                                               const std::string& interface_address) {
+                                               const Backend& backend) {
   if (ranks.size() == 1 || !store) return comm::make_self_communicator(name, global_rank);
-  return comm::make_gloo_communicator(store, fmt::format("pg/{}/{}", name, ranks.front()), name, ranks, global_rank,
-                                      context, interface_address);
+  const std::string prefix = fmt::format("pg/{}/{}", name, ranks.front());
+  if (backend.kind == Backend::Kind::Nccl)
+    return comm::make_nccl_communicator(store, prefix, name, ranks, global_rank, context, backend.device_index);
+  return comm::make_gloo_communicator(store, prefix, name, ranks, global_rank, context, backend.interface_address);
 }
 
 }  // namespace
 
 ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::intrusive_ptr<c10d::Store>& store,
-                             std::shared_ptr<comm::CommContext> context, const std::string& interface_address)
+                             std::shared_ptr<comm::CommContext> context, const Backend& backend)
     : layout_(std::move(layout)),
       global_rank_(global_rank),
       coordinates_(layout_.coordinates(global_rank)),
       context_(std::move(context)) {
   std::vector<int64_t> everyone;
   for (int64_t r = 0; r < layout_.world_size(); ++r) everyone.push_back(r);
-  world_ = make_group(store, "world", everyone, global_rank, context_, interface_address);
+  world_ = make_group(store, "world", everyone, global_rank, context_, backend);
   for (GroupKind kind : all_group_kinds())
-    groups_[kind] = make_group(store, group_kind_name(kind), layout_.group(kind, global_rank), global_rank, context_,
-                               interface_address);
+    groups_[kind] =
+        make_group(store, group_kind_name(kind), layout_.group(kind, global_rank), global_rank, context_, backend);
 }
 
 std::unique_ptr<ProcessGroups> single_process_groups() {
   recipe::MeshShape shape;  // all ones
   return std::make_unique<ProcessGroups>(RankLayout(shape), 0, c10::intrusive_ptr<c10d::Store>(),
-                                         std::make_shared<comm::CommContext>(), "");
+                                         std::make_shared<comm::CommContext>(), Backend{});
 }
 
 }  // namespace trainer::mesh

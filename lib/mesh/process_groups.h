@@ -15,11 +15,17 @@ class Store;
 
 namespace trainer::mesh {
 
+// Which library carries the collectives: Gloo on the CPU, NCCL on a GPU.
+struct Backend {
+  enum class Kind { Gloo, Nccl } kind = Kind::Gloo;
+  std::string interface_address;  // Gloo: "127.0.0.1" on one node, "" for the host's default interface
+  int device_index = 0;           // NCCL: this rank's GPU
+};
+
 class ProcessGroups {
  public:
-  // `interface_address`: passed to the Gloo backend ("127.0.0.1" on one node, "" for the default).
   ProcessGroups(RankLayout layout, int64_t global_rank, const c10::intrusive_ptr<c10d::Store>& store,
-                std::shared_ptr<comm::CommContext> context, const std::string& interface_address);
+                std::shared_ptr<comm::CommContext> context, const Backend& backend);
 
   const RankLayout& layout() const { return layout_; }
   int64_t global_rank() const { return global_rank_; }

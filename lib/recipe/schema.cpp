@@ -210,9 +210,12 @@ std::vector<KeySpec> build_schema() {
 
   // --- hardware ----------------------------------------------------------------------------
   s.push_back(section("hardware", "The cluster, for trainer estimate and trainer plan."));
-  s.push_back(one_of(key("hardware.gpu", K::String, "h100-sxm", "GPU model."),
-                     {"h100-sxm", "h100-pcie", "h200", "a100-80g", "b200"}));
-  s.push_back(at_least(key("hardware.gpus_per_node", K::Integer, 8, "GPUs per node (NVLink domain)."), 1));
+  s.push_back(one_of(key("hardware.gpu", K::String, "h100-sxm",
+                         "GPU model: a built-in profile of lib/estimate/profiles/ (trainer estimate --gpu-profile "
+                         "FILE overrides its figures)."),
+                     {"h100-sxm", "h100-pcie", "h200", "a100-80g", "a100-40g", "b200"}));
+  s.push_back(at_least(key("hardware.gpus_per_node", K::Integer, 8,
+                           "GPUs per node (NVLink domain); mesh groups wider than a node use the network."), 1));
 
   // Upper bounds keep every product of sizes (tp*cp*dp*pp, micro_batch*dp, ...) far from int64
   // overflow: parallel sizes up to 4096 (dp up to 2^20), other integers up to 2^40.

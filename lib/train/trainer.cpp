@@ -138,7 +138,9 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
                     std::chrono::duration<double>(Clock::now() - t0).count()));
   };
 
-  const auto scalars = at::TensorOptions().dtype(at::kDouble);
+  // Small reductions live on the training device (NCCL needs GPU tensors); double on the CPU for
+  // exact sums, float on a GPU.
+  const auto scalars = at::TensorOptions().dtype(on_gpu ? at::kFloat : at::kDouble).device(device);
   while (progress.step < r.training.steps) {
     const auto step_start = Clock::now();
     const int64_t step = progress.step;

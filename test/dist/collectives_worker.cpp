@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
     auto context = std::make_shared<comm::CommContext>();
     context->global_rank = env.rank;
     context->timeout = std::chrono::seconds(60);
-    mesh::ProcessGroups groups(mesh::RankLayout(s), env.rank, store, context, "127.0.0.1");
+    mesh::Backend backend;
+    backend.interface_address = "127.0.0.1";
+    mesh::ProcessGroups groups(mesh::RankLayout(s), env.rank, store, context, backend);
     int checked = 0;
     for (auto kind : mesh::all_group_kinds()) {
       auto& g = groups.get(kind);

@@ -30,13 +30,12 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<mode
 
 double DistributedOptimizer::grad_norm() {
   at::NoGradGuard no_grad;
-  at::Tensor sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble));
+  // Sum of squares of this rank's shard (padding is zero), in double on the gradients' device.
+  at::Tensor total = at::zeros({}, buckets_.buckets().front().grads.options().dtype(at::kDouble));
   for (auto& bucket : buckets_.buckets()) {
-    // Only real parameters' elements: padding is zero anyway.
     const at::Tensor shard = bucket.grads.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
-    sum += shard.to(at::kDouble).pow(2).sum();
+    total += shard.to(at::kDouble).pow(2).sum();
   }
-  at::Tensor total = sum.to(at::kFloat).to(buckets_.buckets().front().grads.device());
   buckets_.group().all_reduce(total, comm::ReduceOp::Sum)->wait();
   return std::sqrt(total.item<double>());
 }

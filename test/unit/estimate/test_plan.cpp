@@ -1,0 +1,103 @@
+#include <catch2/catch.hpp>
+
+#include "core/error.h"
+#include "estimate/plan.h"
+#include "estimate_fixture.h"
+#include "recipe/validate.h"
+
+using namespace trainer::estimate;
+using trainer::test::load;
+
+namespace {
+
+// Every configuration plan returns must load (schema, cross-field and world-size rules) from
+// the recipe file with its overrides, at that many GPUs, and describe the same mesh.
+void check_plan(const std::string& recipe, int64_t gpus, const std::vector<std::string>& sets = {}) {
+  const auto base = load(recipe, sets);
+  const auto& gpu = builtin_profile(base.recipe.hardware.gpu);
+  PlanOptions options;
+  options.gpus = gpus;
+  options.top = 20;
+  const auto result = plan_search(base.recipe, gpu, options);
+  INFO(recipe << " on " << gpus << " GPUs: " << result.fitting << " fit");
+  CHECK(result.considered >= result.valid);
+  CHECK(result.valid >= result.fitting);
+  double previous = 1e300;
+  for (const auto& c : result.best) {
+    CHECK(trainer::recipe::validate_recipe(c.recipe, gpus).empty());
+    auto all = sets;
+    all.insert(all.end(), c.overrides.begin(), c.overrides.end());
+    trainer::recipe::LoadedRecipe again;
+    REQUIRE_NOTHROW(again = load(recipe, all, gpus));
+    CHECK(again.mesh->tp == c.estimate.mesh.tp);
+    CHECK(again.mesh->pp == c.estimate.mesh.pp);
+    CHECK(again.mesh->dp == c.estimate.mesh.dp);
+    CHECK(again.mesh->ep == c.estimate.mesh.ep);
+    CHECK(again.recipe.training.recompute == c.recipe.training.recompute);
+    CHECK(again.mesh->global_batch_size == result.global_batch_size);
+    CHECK(c.estimate.device_total_bytes <= (1 - options.memory_margin) * gpu.memory_bytes);
+    CHECK(c.estimate.tokens_per_s <= previous);
+    previous = c.estimate.tokens_per_s;
+    CHECK(!c.estimate.stages.at(size_t(c.estimate.worst_stage)).peak_phase.empty());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("plan never returns a configuration validate rejects (dense)", "[estimate][plan]") {
+  check_plan("llama3-8b.json", 8);
+  check_plan("llama3-8b.json", 64);
+  check_plan("llama3-70b.json", 256);
+  check_plan("tiny-llama.json", 4);
+  check_plan("llama3-8b.json", 24, {"training.global_batch_size=96"});
+}
+
+TEST_CASE("plan never returns a configuration validate rejects (MoE)", "[estimate][plan]") {
+  check_plan("tiny-moe.json", 8);
+  check_plan("mixtral-8x7b.json", 128);
+  check_plan("deepseek-v3-style.json", 256);
+}
+
+TEST_CASE("plan finds nothing when nothing fits, and says why not by returning an empty list", "[estimate][plan]") {
+  const auto base = load("llama3.1-405b.json");
+  PlanOptions options;
+  options.gpus = 8;
+  const auto result = plan_search(base.recipe, builtin_profile("h100-sxm"), options);
+  CHECK(result.best.empty());
+  CHECK(result.fitting == 0);
+  options.gpus = 0;
+  CHECK_THROWS_AS(plan_search(base.recipe, builtin_profile("h100-sxm"), options), trainer::UserError);
+}
+
+TEST_CASE("plan for 1024 GPUs searches in under 2 seconds", "[estimate][plan]") {
+  for (const char* recipe : {"llama3-70b.json", "mixtral-8x22b.json", "llama3.1-405b.json"}) {
+    const auto base = load(recipe);
+    PlanOptions options;
+    options.gpus = 1024;
+    const auto result = plan_search(base.recipe, builtin_profile("h100-sxm"), options);
+    INFO(recipe);
+    CHECK(result.seconds < 2.0);
+    CHECK(!result.best.empty());
+    WARN(recipe << ": " << result.considered << " combinations, " << result.fitting << " fit, " << result.seconds
+                << " s");
+  }
+}
+
+TEST_CASE("plan JSON lists the configurations with their overrides", "[estimate][plan]") {
+  const auto base = load("llama3-8b.json");
+  PlanOptions options;
+  options.gpus = 16;
+  options.top = 3;
+  const auto& gpu = builtin_profile("h100-sxm");
+  const auto doc = plan_json(plan_search(base.recipe, gpu, options), gpu, options, "llama3-8b.json");
+  CHECK(doc["schema_version"] == 1);
+  REQUIRE(doc["configurations"].size() == 3);
+  const auto& first = doc["configurations"][0];
+  CHECK(first["rank"] == 1);
+  for (const char* key : {"parallel", "training", "memory", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+                          "tflops_per_gpu", "mfu", "overrides"})
+    CHECK(first.contains(key));
+  CHECK(first["overrides"].size() >= 9);
+  const std::string text = plan_text(plan_search(base.recipe, gpu, options), gpu, options, "llama3-8b.json");
+  CHECK(text.find("#1 as overrides:") != std::string::npos);
+}

@@ -1,0 +1,91 @@
+#include <catch2/catch.hpp>
+
+#include "estimate/estimate.h"
+#include "estimate/time_model.h"
+#include "estimate_fixture.h"
+
+using namespace trainer::estimate;
+using trainer::test::load;
+
+namespace {
+const HardwareProfile& h100() { return builtin_profile("h100-sxm"); }
+JobEstimate estimate(const std::string& recipe, const std::vector<std::string>& sets, int64_t world,
+                     bool fused = false) {
+  const auto loaded = load(recipe, sets, world);
+  EstimateOptions options;
+  options.fused_kernels = fused;
+  return estimate_job(loaded.recipe, *loaded.mesh, &h100(), options);
+}
+}  // namespace
+
+TEST_CASE("GEMM efficiency rises with size toward the profile's maximum", "[estimate]") {
+  MeshPlacement placement;
+  double previous = 0;
+  for (double n : {256.0, 1024.0, 4096.0, 16384.0}) {
+    Costs c;
+    c.gemms.push_back(GemmShape{n, n, n, 2 * 3 * n * n});
+    const double t = segment_time(c, h100(), "bf16", placement, false).gemm_s;
+    const double efficiency = 2 * n * n * n / t / h100().bf16_flops;
+    CHECK(efficiency > previous);
+    CHECK(efficiency < h100().gemm_efficiency);
+    previous = efficiency;
+  }
+  CHECK(previous > 0.95 * h100().gemm_efficiency);
+  // A thin product is memory-bound: time is bytes over HBM bandwidth.
+  Costs thin;
+  thin.gemms.push_back(GemmShape{1e6, 8, 8, 2 * (1e6 * 8 + 64 + 8e6)});
+  CHECK(segment_time(thin, h100(), "bf16", placement, false).gemm_s ==
+        Approx(thin.gemms[0].bytes / (h100().hbm_bytes_per_s * h100().hbm_efficiency)));
+}
+
+TEST_CASE("step time: outputs consistent with each other", "[estimate]") {
+  const auto e = estimate("llama3-8b.json", {}, 64);
+  REQUIRE(e.has_time);
+  CHECK(e.step_time_s == Approx(e.time.step_s));
+  CHECK(e.tokens_per_s == Approx(e.tokens_per_step / e.step_time_s));
+  CHECK(e.tokens_per_s_per_gpu == Approx(e.tokens_per_s / 64));
+  CHECK(e.tflops_per_gpu == Approx(e.model_flops_per_step / e.step_time_s / 64 / 1e12));
+  CHECK(e.mfu == Approx(e.tflops_per_gpu * 1e12 / h100().bf16_flops));
+  CHECK(e.mfu > 0.2);
+  CHECK(e.mfu < 0.7);
+  const auto& t = e.time;
+  CHECK(t.step_s == Approx(t.microbatch_s * double(e.microbatches) + t.bubble_s + t.dp_exposed_s + t.param_gather_s +
+                           t.optimizer_s));
+  CHECK(t.microbatch_s * double(e.microbatches) ==
+        Approx(t.gemm_s + t.attention_s + t.memory_bound_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s + t.pp_comm_s));
+  CHECK(t.tp_comm_s > 0);  // tp 2 with sequence parallelism
+  CHECK(t.dp_exposed_s <= t.dp_comm_s);
+}
+
+TEST_CASE("monotonic: more micro-batches, smaller bubble share", "[estimate]") {
+  double previous = 1;
+  for (int64_t gbs : {64, 128, 256, 512}) {
+    const auto e = estimate("llama3-8b.json",
+                            {"parallel.tp=1", "parallel.pp=4", "parallel.sequence_parallel=false",
+                             "training.global_batch_size=" + std::to_string(gbs)},
+                            16);
+    const double share = e.time.bubble_s / e.step_time_s;
+    CHECK(share < previous);
+    previous = share;
+  }
+}
+
+TEST_CASE("recompute costs time, fused kernels save it, bigger GPUs are faster", "[estimate]") {
+  const auto none = estimate("llama3-8b.json", {"training.recompute=none"}, 64);
+  const auto full = estimate("llama3-8b.json", {"training.recompute=full"}, 64);
+  CHECK(full.step_time_s > none.step_time_s);
+  CHECK(full.time.recompute_s > 0);
+  CHECK(none.time.recompute_s == 0);
+  CHECK(estimate("llama3-8b.json", {}, 64, true).step_time_s < estimate("llama3-8b.json", {}, 64).step_time_s);
+  const auto loaded = load("llama3-8b.json", {}, 64);
+  const auto a100 = estimate_job(loaded.recipe, *loaded.mesh, &builtin_profile("a100-80g"));
+  const auto b200 = estimate_job(loaded.recipe, *loaded.mesh, &builtin_profile("b200"));
+  CHECK(a100.step_time_s > estimate("llama3-8b.json", {}, 64).step_time_s);
+  CHECK(b200.step_time_s < estimate("llama3-8b.json", {}, 64).step_time_s);
+}
+
+TEST_CASE("data parallelism across nodes costs more than inside one", "[estimate]") {
+  const auto inside = estimate("llama3-8b.json", {"parallel.zero=0", "hardware.gpus_per_node=64"}, 64);
+  const auto across = estimate("llama3-8b.json", {"parallel.zero=0", "hardware.gpus_per_node=8"}, 64);
+  CHECK(across.time.dp_comm_s > inside.time.dp_comm_s);
+}
