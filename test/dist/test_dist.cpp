@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "jsonl.h"
 #include "process.h"
 
 using namespace trainer::test;
@@ -36,14 +37,6 @@ int free_port() {
   return next++;
 }
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 // The settings every equivalence run shares: 20 steps of a small model, 16 sequences per step,
 // small gradient buckets so several overlap with backward.
@@ -85,7 +78,7 @@ TEST_CASE("dist: data parallelism reproduces the single-process loss curve", "[d
   const std::string trainer = trainer_binary() + " run " + kTiny;
   const auto single = bash(trainer + common_sets(dir.path() + "/single.jsonl"));
   REQUIRE(single.exit_code == 0);
-  const auto reference = read_metrics(dir.path() + "/single.jsonl");
+  const auto reference = read_jsonl(dir.path() + "/single.jsonl");
   REQUIRE(reference.size() == 20);
   for (int dp : {2, 4})
     for (int zero : {0, 1}) {
@@ -94,7 +87,7 @@ TEST_CASE("dist: data parallelism reproduces the single-process loss curve", "[d
                           std::to_string(zero) + common_sets(file));
       INFO("dp " << dp << " zero " << zero << "\n" << r.out << r.err);
       REQUIRE(r.exit_code == 0);
-      const auto m = read_metrics(file);
+      const auto m = read_jsonl(file);
       REQUIRE(m.size() == 20);
       const double worst = max_relative_difference(reference, m);
       INFO("largest relative loss difference " << worst);
@@ -150,7 +143,7 @@ TEST_CASE("dist: a DP=2 job under mpirun matches the single-process run", "[dist
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("2 CPU x fp32") != std::string::npos);
-  const auto a = read_metrics(dir.path() + "/single.jsonl"), b = read_metrics(dir.path() + "/mpi.jsonl");
+  const auto a = read_jsonl(dir.path() + "/single.jsonl"), b = read_jsonl(dir.path() + "/mpi.jsonl");
   REQUIRE(b.size() == 20);
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
@@ -165,7 +158,7 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("2 CPU x fp32") != std::string::npos);
-  const auto a = read_metrics(dir.path() + "/single.jsonl"), b = read_metrics(dir.path() + "/srun.jsonl");
+  const auto a = read_jsonl(dir.path() + "/single.jsonl"), b = read_jsonl(dir.path() + "/srun.jsonl");
   REQUIRE(b.size() == 20);
   CHECK(max_relative_difference(a, b) < 1e-5);
 }

@@ -52,7 +52,6 @@ TEST_CASE("usage errors exit 2", "[cli]") {
 
 TEST_CASE("subcommands of later work say so and exit 2 without output on stdout", "[cli]") {
   for (const auto& args : std::vector<std::vector<std::string>>{{"run", kTiny, "--dry-run"},
-                                                                {"run", kTiny, "--nproc-per-node", "2"},
                                                                 {"estimate", kTiny},
                                                                 {"plan", kTiny, "--gpus", "8"},
                                                                 {"ckpt", "inspect", "/tmp"},

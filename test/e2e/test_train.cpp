@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "jsonl.h"
 #include "process.h"
 
 using namespace trainer::test;
@@ -29,14 +30,6 @@ ProcessResult run(const std::string& recipe, std::vector<std::string> sets, doub
   return run_process(argv, timeout, {"OMP_NUM_THREADS=1"});
 }
 
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -50,7 +43,7 @@ TEST_CASE("train: tiny-llama's loss falls toward the printed floor", "[train]") 
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("loss floor of this data: 1.2080 nats/token") != std::string::npos);
-  const auto m = read_metrics(dir.path() + "/m.jsonl");
+  const auto m = read_jsonl(dir.path() + "/m.jsonl");
   REQUIRE(m.size() == 8);  // logging.interval 5
   const double first = m.front()["loss"], last = m.back()["loss"];
   CHECK(first > 5.0);
@@ -78,7 +71,7 @@ TEST_CASE("train: resume continues with a bit-identical loss sequence", "[train]
   INFO(resumed.out << resumed.err);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed.out.find("resumed from") != std::string::npos);
-  const auto ma = read_metrics(a + "/m.jsonl"), mb = read_metrics(b + "/m.jsonl");
+  const auto ma = read_jsonl(a + "/m.jsonl"), mb = read_jsonl(b + "/m.jsonl");
   REQUIRE(ma.size() == 8);
   REQUIRE(mb.size() == 4);
   for (int i = 0; i < 4; ++i) {
@@ -100,7 +93,7 @@ TEST_CASE("train: one micro-batch of 8 and 8 micro-batches of 1 give the same up
                                               "training.global_batch_size=8", "logging.metrics_file=" + dir.path() + "/8.jsonl"}));
   REQUIRE(one.exit_code == 0);
   REQUIRE(eight.exit_code == 0);
-  const auto m1 = read_metrics(dir.path() + "/1.jsonl"), m8 = read_metrics(dir.path() + "/8.jsonl");
+  const auto m1 = read_jsonl(dir.path() + "/1.jsonl"), m8 = read_jsonl(dir.path() + "/8.jsonl");
   REQUIRE(m1.size() == 4);
   REQUIRE(m8.size() == 4);
   for (int i = 0; i < 4; ++i) {
@@ -145,7 +138,7 @@ TEST_CASE("train: tiny-moe trains and reports its load-balancing loss", "[train]
   const auto r = run(kTinyMoe, {"training.steps=20", "logging.interval=5", "logging.metrics_file=" + dir.path() + "/m.jsonl"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  const auto m = read_metrics(dir.path() + "/m.jsonl");
+  const auto m = read_jsonl(dir.path() + "/m.jsonl");
   REQUIRE(m.size() == 4);
   CHECK(m.back()["loss"].get<double>() < m.front()["loss"].get<double>() - 1.0);
   REQUIRE(m.back().contains("aux_loss"));
