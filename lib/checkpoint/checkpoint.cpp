@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/file_tree.h"
 #include "core/json_file.h"
@@ -82,6 +83,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
                        {"shards", {{{"file", shard_file}, {"offsets", t.offsets}, {"shape", t.tensor.sizes().vec()}}}}};
   }
   write_safetensors((tmp_dir / shard_file).string(), entries, {{"format", "trainer"}});
+  const FileChecksum sum = checksum_file((tmp_dir / shard_file).string());
   const nlohmann::json manifest = {{"format", "trainer-checkpoint"},
                                    {"version", 1},
                                    {"step", content.step},
@@ -89,7 +91,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
                                    {"recipe", content.recipe},
                                    {"mesh", content.mesh},
                                    {"extra", content.extra},
-                                   {"files", {shard_file}},
+                                   {"files", {{{"name", shard_file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}}}},
                                    {"tensors", tensors}};
   write_text_durably(tmp_dir / "manifest.json", manifest.dump(1));
   remove_tree(final_dir.string());  // a committed checkpoint of the same step (re-run after resume)
@@ -129,8 +131,25 @@ LoadedCheckpoint::LoadedCheckpoint(const std::string& path) {
   manifest_ = read_json_file((p / "manifest.json").string());
   if (manifest_.value("format", "") != "trainer-checkpoint")
     throw UserError(fmt::format("{}: not a trainer checkpoint manifest", (p / "manifest.json").string()));
-  for (const auto& file : manifest_.at("files"))
-    shards_.push_back(std::make_unique<SafetensorsReader>((p / file.get<std::string>()).string()));
+  // Every shard file must be there, whole and unchanged before any of it is used.
+  for (const auto& file : manifest_.at("files")) {
+    const std::string name = file.at("name").get<std::string>();
+    const std::string full = (p / name).string();
+    if (!fs::exists(full)) throw UserError(fmt::format("{}: missing (listed in {}/manifest.json)", full, path_));
+    FileChecksum sum;
+    try {
+      sum = checksum_file(full);
+    } catch (const std::exception& e) {
+      throw UserError(e.what());
+    }
+    if (sum.bytes != file.at("bytes").get<uint64_t>())
+      throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", full, sum.bytes,
+                                  file.at("bytes").get<uint64_t>()));
+    if (sum.crc32 != file.at("crc32").get<uint32_t>())
+      throw UserError(fmt::format("{}: CRC-32 {:08x} differs from the manifest's {:08x} (the file is corrupted)", full,
+                                  sum.crc32, file.at("crc32").get<uint32_t>()));
+    shards_.push_back(std::make_unique<SafetensorsReader>(full));
+  }
 }
 
 bool LoadedCheckpoint::contains(const std::string& name) const { return manifest_.at("tensors").contains(name); }

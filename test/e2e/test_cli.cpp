@@ -54,7 +54,6 @@ TEST_CASE("subcommands of later work say so and exit 2 without output on stdout"
   for (const auto& args : std::vector<std::vector<std::string>>{{"run", kTiny, "--dry-run"},
                                                                 {"estimate", kTiny},
                                                                 {"plan", kTiny, "--gpus", "8"},
-                                                                {"ckpt", "inspect", "/tmp"},
                                                                 {"ckpt", "export", "/tmp", "--hf", "/tmp/x"}}) {
     const auto r = run_trainer(args);
     INFO(args[0] << ": " << r.err);
