@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "data/dataset.h"
 #include "estimate/model_counts.h"
 #include "metrics/cpu_memory.h"
@@ -127,15 +128,20 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   double time_in_steps = 0;
   int64_t steps_this_run = 0;
 
-  // Collective: every rank takes part (ZeRO-1 gathers its shards); rank 0 writes.
+  // Collective: every rank takes part (ZeRO-1 gathers its shards); rank 0 writes, in the
+  // background when checkpoint.async (training waits only for the snapshot to host memory).
+  std::unique_ptr<checkpoint::CheckpointWriter> writer;
+  if (rank0 && r.checkpoint.dir)
+    writer = std::make_unique<checkpoint::CheckpointWriter>(*r.checkpoint.dir, r.checkpoint.keep, r.checkpoint.async);
   auto save = [&](const char* why) {
     if (!r.checkpoint.dir) return;
     const auto t0 = Clock::now();
-    const auto content = capture_training_state(model, optimizer.whole_state(), optimizer.steps_taken(), loaded, progress);
-    if (rank0) summary.last_checkpoint = checkpoint::save_checkpoint(*r.checkpoint.dir, content, r.checkpoint.keep);
-    world.barrier();
-    say(fmt::format("checkpoint {} ({}) written in {:.2f} s", summary.last_checkpoint, why,
-                    std::chrono::duration<double>(Clock::now() - t0).count()));
+    auto content = capture_training_state(model, optimizer.whole_state(), optimizer.steps_taken(), loaded, progress);
+    if (!writer) return;
+    writer->save(std::move(content));
+    say(fmt::format("checkpoint of step {} ({}): training paused {:.3f} s{}", progress.step, why,
+                    std::chrono::duration<double>(Clock::now() - t0).count(),
+                    r.checkpoint.async ? ", writing in the background" : ""));
   };
 
   // Small reductions live on the training device (NCCL needs GPU tensors); double on the CPU for
@@ -230,6 +236,10 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       save("interval");
   }
   summary.steps_completed = progress.step;
+  if (writer) {
+    summary.last_checkpoint = writer->wait();
+    say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
+  }
   return summary;
 }
 
