@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "estimate/estimate_command.h"
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
 #include "runtime/launch_env.h"
@@ -82,9 +83,16 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
 }
 
 int run_training(const RunOptions& options) {
-  if (options.dry_run)
-    return not_available("run --dry-run", "the memory and time estimator is delivered by its own work item");
   const runtime::LaunchEnvironment env = runtime::detect_launch_environment();
+  if (options.dry_run) {
+    // The same as `trainer estimate` at the world size this run would have.
+    estimate::EstimateRequest request;
+    request.recipe_path = options.recipe_path;
+    request.overrides = options.overrides;
+    request.world_size = env.world_size > 1 ? env.world_size : (options.nproc_per_node > 1 ? options.nproc_per_node : 0);
+    request.cpu = options.cpu;
+    return estimate::run_estimate_command(request, stdout);
+  }
   if (env.launcher == "none" && options.nproc_per_node > 1) {
     // Check the recipe once here, so a bad one fails before any worker starts.
     recipe::LoadOptions load;

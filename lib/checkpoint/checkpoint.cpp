@@ -65,7 +65,25 @@ std::vector<fs::path> committed_steps(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+std::string write_and_commit(const std::string& dir, const CheckpointContent& content, int64_t keep);
+}
+
 std::string save_checkpoint(const std::string& dir, const CheckpointContent& content, int64_t keep) {
+  try {
+    return write_and_commit(dir, content, keep);
+  } catch (...) {
+    // Leave no half-written directory behind; committed checkpoints and `latest` are untouched.
+    try {
+      remove_tree((fs::path(dir) / (step_name(content.step) + ".tmp")).string());
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+namespace {
+std::string write_and_commit(const std::string& dir, const CheckpointContent& content, int64_t keep) {
   const fs::path root(dir);
   fs::create_directories(root);
   const fs::path final_dir = root / step_name(content.step);
@@ -108,6 +126,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointContent& con
   }
   return final_dir.string();
 }
+}  // namespace
 
 std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   const fs::path root(dir);

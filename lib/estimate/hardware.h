@@ -31,7 +31,7 @@ struct HardwareProfile {
   double gemm_latency_s = 5e-6;
   double attention_efficiency = 0.35;  // flash attention, fraction of the dense peak (fwd and bwd)
   double hbm_efficiency = 0.8;         // memory-bound kernels, fraction of HBM bandwidth
-  double kernel_overhead_s = 2e-6;     // added to every memory-bound kernel (launch, tail)
+  double kernel_overhead_s = 4e-6;     // added to every memory-bound kernel (launch, tail)
   LinkProfile nvlink;                  // inside a node (NVSwitch domain of gpus_per_node)
   LinkProfile network;                 // across nodes
   double framework_overhead_bytes = 0; // CUDA context, libraries, NCCL buffers: outside the allocator

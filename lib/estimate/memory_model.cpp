@@ -78,22 +78,32 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
 
   // --- model state: ZeRO shards over dp x cp (dense parameters) and edp (expert parameters) ---
   const double dense_ranks = double(mesh.dp * mesh.cp), expert_ranks = double(mesh.edp);
+  const bool data_parallel = mesh.dp * mesh.cp > 1 || mesh.edp > 1;
   const double pd = double(stage.params.dense), pe = double(stage.params.expert);
   auto sharded = [&](int64_t from_stage) {
     return (zero >= from_stage ? pd / dense_ranks : pd) + (zero >= from_stage ? pe / expert_ranks : pe);
   };
   sm.parameters = e * sharded(3);
   sm.gradients = e * sharded(2);  // gradients in the parameter dtype (autograd's .grad)
-  // AdamW: exp_avg and exp_avg_sq in fp32, plus fp32 master weights when training in bf16.
-  const double state_bytes = e == 4 ? 8 : 12;
+  // AdamW (optim/adamw.cpp): exp_avg and exp_avg_sq in fp32, plus fp32 master weights when
+  // training in bf16. With ZeRO and data parallelism the distributed optimizer
+  // (parallel/data/distributed_optimizer.cpp) keeps all three for its shard whatever the dtype.
+  const bool sharded_optimizer = zero >= 1 && data_parallel;
+  const double state_bytes = sharded_optimizer || e != 4 ? 12 : 8;
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
-  if (e != 4) {
-    // optim/adamw.cpp: the weight-decay group's gradients are copied to fp32 all at once.
+  {
+    // After backward. AdamW copies the weight-decay group's bf16 gradients to fp32 all at once.
+    // The distributed optimizer computes the gradient norm of its shard in fp64 (a converted
+    // copy and its square: 16 bytes per element) and clones the updated shard for the all-gather.
     const double norm = double(stage.params.norm);
-    sm.optimizer_step_transient = 4.0 * (sharded(1) - (zero >= 1 ? norm / dense_ranks : norm));
+    const double shard = sharded(1);
+    const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
+    const double copies = e != 4 ? 4.0 * decay_shard : 0.0;
+    const double gather = sharded_optimizer ? e * shard : 0.0;
+    const double grad_norm = sharded_optimizer ? 16.0 * shard : 0.0;
+    sm.optimizer_step_transient = std::max({copies, gather, grad_norm});
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
-  const bool data_parallel = mesh.dp * mesh.cp > 1 || mesh.edp > 1;
   if (zero >= 2 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
   if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * double(stage.largest_layer_params) * e;
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
@@ -129,11 +139,20 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     sm.logits_and_loss_peak = std::max(double(head.forward.peak), double(head.forward.net + head.backward.peak));
   }
 
-  // --- the peak: during some micro-batch, or in the optimizer step ---------------------------
+  // Gradient reduction on the CPU: Gloo has no reduce-scatter, so comm/gloo_communicator.cpp
+  // all-reduces a clone of each bucket; the clones live until the step waits for them (after the
+  // last micro-batch's backward). NCCL reduce-scatters in place.
+  // The clones are released when the next step begins, so they sit under the optimizer step too.
+  if (!options.gpu && sharded_optimizer) sm.reduction_transient = sm.gradients;
+
+  // --- the peak: during some micro-batch, or after backward (reduction, norm, optimizer step) ---
   const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak;
-  if (sm.optimizer_step_transient > during_microbatch) {
-    sm.peak_allocated = sm.static_bytes + sm.optimizer_step_transient;
-    sm.peak_phase = "optimizer step (fp32 gradient copies)";
+  const double after_backward = sm.reduction_transient + sm.optimizer_step_transient;
+  if (after_backward > during_microbatch) {
+    sm.peak_allocated = sm.static_bytes + after_backward;
+    sm.peak_phase = sm.optimizer_step_transient == 0 ? "gradient reduction (Gloo reduce-scatter copies)"
+                    : sharded_optimizer            ? "gradient norm and optimizer step (ZeRO shard in fp64)"
+                                                   : "optimizer step (fp32 gradient copies)";
   } else {
     sm.peak_allocated = sm.static_bytes + during_microbatch;
     sm.peak_phase = sm.microbatch_peak_at;

@@ -39,6 +39,7 @@ struct StageMemory {
   double microbatch_peak = 0;              // one micro-batch's timeline at its height
   std::string microbatch_peak_at;
   double optimizer_step_transient = 0;     // fp32 gradient copies of AdamW's master-weight update
+  double reduction_transient = 0;          // CPU (Gloo): bucket copies of the emulated reduce-scatter
   // The result.
   double peak_allocated = 0;
   std::string peak_phase;

@@ -37,7 +37,8 @@ json stage_json(const StageMemory& s) {
         {"microbatch_peak_at", s.microbatch_peak_at},
         {"logits_and_loss", s.logits_and_loss},
         {"logits_and_loss_peak", s.logits_and_loss_peak},
-        {"optimizer_step_transient", s.optimizer_step_transient}}},
+        {"optimizer_step_transient", s.optimizer_step_transient},
+        {"reduction_transient", s.reduction_transient}}},
   };
 }
 

@@ -10,6 +10,7 @@ namespace trainer::estimate {
 void Costs::add(const Costs& other) {
   gemms.insert(gemms.end(), other.gemms.begin(), other.gemms.end());
   attention_flops += other.attention_flops;
+  attention_calls += other.attention_calls;
   memory_bytes += other.memory_bytes;
   memory_kernels += other.memory_kernels;
   comms.insert(comms.end(), other.comms.begin(), other.comms.end());
@@ -23,6 +24,7 @@ double Costs::gemm_flops() const {
 
 Timeline::Id Timeline::alloc(int64_t bytes) {
   if (bytes < 0) throw std::logic_error(fmt::format("Timeline::alloc({})", bytes));
+  if (granularity_ > 1 && bytes > 0) bytes = (bytes + granularity_ - 1) / granularity_ * granularity_;
   tensors_.push_back(Tensor{bytes, 1});
   level_ += bytes;
   peak_ = std::max(peak_, level_);

@@ -30,6 +30,7 @@ struct CommOp {
 struct Costs {
   std::vector<GemmShape> gemms;
   double attention_flops = 0;     // flash attention work actually executed (causal half)
+  int64_t attention_calls = 0;    // flash attention kernels (ring attention: one per K/V block)
   double memory_bytes = 0;        // bytes read and written by memory-bound kernels
   int64_t memory_kernels = 0;     // how many such kernels
   std::vector<CommOp> comms;
@@ -50,6 +51,10 @@ class Timeline {
  public:
   using Id = int32_t;
   static constexpr Id kNone = -1;
+
+  // Allocations are rounded up to a multiple of `granularity` bytes (the CUDA caching allocator
+  // rounds to 512; the CPU counter counts exact sizes: 1).
+  explicit Timeline(int64_t granularity = 1) : granularity_(granularity) {}
 
   // A new tensor with one owner.
   Id alloc(int64_t bytes);
@@ -74,6 +79,7 @@ class Timeline {
     int32_t owners = 0;
   };
   std::vector<Tensor> tensors_;
+  int64_t granularity_ = 1;
   int64_t level_ = 0, peak_ = 0;
   int64_t segment_start_ = 0, segment_peak_ = 0;
   Costs costs_;

@@ -27,7 +27,8 @@ SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const s
     const double compute = g.flops() / (peak * gpu.gemm_efficiency) + gpu.gemm_latency_s;
     t.gemm_s += std::max(compute, g.bytes / hbm);
   }
-  t.attention_s = costs.attention_flops / (peak * gpu.attention_efficiency);
+  t.attention_s = costs.attention_flops / (peak * gpu.attention_efficiency) +
+                  double(costs.attention_calls) * gpu.gemm_latency_s;
   const double fraction = fused_kernels ? kFusedFraction : 1.0;
   t.memory_bound_s = fraction * (costs.memory_bytes / hbm + double(costs.memory_kernels) * gpu.kernel_overhead_s);
   double overlapped_cp = 0;

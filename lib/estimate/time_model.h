@@ -1,7 +1,8 @@
 #pragma once
 // Time of the operations a Timeline recorded (layer_model.h) on a GPU profile:
 //   GEMM        max(flops / (peak * gemm_efficiency) + gemm_latency, bytes / (HBM * hbm_efficiency))
-//   attention   flops / (peak * attention_efficiency)   (flash attention, causal half counted)
+//   attention   flops / (peak * attention_efficiency) + calls * gemm_latency  (flash attention,
+//               causal half counted; ring attention makes one call per K/V block)
 //   memory-bound  bytes / (HBM * hbm_efficiency) + kernels * kernel_overhead
 //   collectives alpha-beta per link (comm_model.h); a ring-attention exchange is hidden behind the
 //               attention computing beside it, everything else inside a layer is exposed.

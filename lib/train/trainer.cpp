@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
@@ -13,6 +14,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "data/dataset.h"
+#include "estimate/estimate.h"
+#include "estimate/hardware.h"
 #include "estimate/model_counts.h"
 #include "metrics/cpu_memory.h"
 #include "metrics/cuda_memory.h"
@@ -100,6 +103,21 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     if (auto gpu = metrics::gpu_peak_for_device_name(device_name))
       peak_tflops = metrics::dense_peak_tflops(*gpu, r.training.dtype);
   }
+  // What the estimator predicts for this very run (torch-free, the same code as `trainer estimate`),
+  // printed beside the measurements after the first logged step.
+  std::optional<estimate::HardwareProfile> profile;
+  if (on_gpu)
+    if (auto gpu = metrics::gpu_peak_for_device_name(device_name)) {
+      try {
+        profile = estimate::builtin_profile(gpu->key);
+      } catch (const std::exception&) {
+      }
+    }
+  estimate::EstimateOptions estimate_options;
+  estimate_options.cpu_threads = at::get_num_threads();
+  const estimate::JobEstimate predicted =
+      estimate::estimate_job(r, mesh, profile ? &*profile : nullptr, estimate_options);
+  bool compared = false;
   const int64_t seq_len = r.training.seq_len;
   const int64_t global_tokens = mesh.global_batch_size * seq_len;
   const std::optional<double> floor = dataset->entropy_floor();
@@ -214,12 +232,22 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
                  {"consumed_samples", progress.consumed_samples}};
       if (r.model.moe) m.extra["aux_loss"] = step_aux;
       if (floor) m.extra["loss_floor"] = *floor;
+      m.extra["mem_predicted_bytes"] = int64_t(predicted.peak_bytes);
+      m.extra["step_time_predicted_s"] = predicted.has_time ? nlohmann::json(predicted.step_time_s) : nlohmann::json();
       if (const auto* overlap = optimizer.overlap())
         m.extra["dp_overlap"] = {{"buckets", overlap->buckets},
                                  {"launched_in_backward", overlap->launched_in_backward},
                                  {"first_launch_s", overlap->first_launch_s},
                                  {"backward_end_s", overlap->backward_end_s}};
       say(metrics::format_console_line(m));
+      if (!compared) {
+        compared = true;
+        say(fmt::format("predicted vs measured (rank 0): peak tensor memory {} vs {} ({:+.1f}%); step time {}",
+                        metrics::format_bytes(int64_t(predicted.peak_bytes)), metrics::format_bytes(m.mem_peak_bytes),
+                        100.0 * (predicted.peak_bytes - double(m.mem_peak_bytes)) / double(std::max<int64_t>(1, m.mem_peak_bytes)),
+                        predicted.has_time ? fmt::format("{:.3f} s vs {:.3f} s", predicted.step_time_s, seconds)
+                                           : fmt::format("not predicted on the CPU (measured {:.3f} s)", seconds)));
+      }
       if (metrics_file) metrics_file->write(m);
       reset_peak_memory();  // the next logged peak covers the steps since this line
     }

@@ -72,3 +72,54 @@ TEST_CASE("a step directory without a committed manifest is skipped with a warni
   CHECK(r.err.find("skipping " + ck + "/step-00000009: no committed manifest") != std::string::npos);
   CHECK(r.out.find("step 2,") != std::string::npos);
 }
+
+TEST_CASE("a checkpoint write that fails (full disk) is a clear error and the previous one stays intact", "[checkpoint]") {
+  TempDir dir;
+  const std::string mount = dir.path() + "/small";
+  std::filesystem::create_directories(mount);
+  // 4 MiB: room for one checkpoint of this model (about 2.6 MB) but not for a second beside it.
+  const auto m = run_process({"/bin/mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount});
+  INFO(m.err);
+  REQUIRE(m.exit_code == 0);  // the suite runs as root (scripts/setup installs packages as root too)
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--set", "training.steps=4", "--set",
+                              "optimizer.warmup_steps=1", "--set", "checkpoint.dir=" + mount + "/ck", "--set",
+                              "checkpoint.interval=2", "--set", "model.num_hidden_layers=1", "--set", "training.seq_len=32"},
+                             120, {"OMP_NUM_THREADS=1"});
+  const auto inspect = run_process({trainer_binary(), "ckpt", "inspect", mount + "/ck"});
+  const auto leftovers = run_process({"/bin/ls", mount + "/ck"});
+  run_process({"/bin/umount", mount});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("writing the checkpoint to " + mount + "/ck failed") != std::string::npos);
+  CHECK(r.err.find("the previous checkpoint is intact") != std::string::npos);
+  INFO(inspect.out << inspect.err);
+  CHECK(inspect.exit_code == 0);
+  CHECK(inspect.out.find("step 2,") != std::string::npos);
+  CHECK(leftovers.out.find(".tmp") == std::string::npos);  // no half-written directory left behind
+}
+
+TEST_CASE("SIGKILL during an asynchronous write - then resume loads a committed checkpoint", "[checkpoint]") {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  // Kill the run while a background write is in flight: once the second one has started (a save
+  // waits for the previous one, so the first is committed by then), after several delays.
+  for (const char* delay : {"0", "0.05", "0.2"}) {
+    const auto r = run_process(
+        {"/bin/bash", "-c",
+         trainer_binary() + " run " + kTiny + " --set training.steps=1000 --set optimizer.warmup_steps=1 " +
+             "--set checkpoint.dir=" + ck + " --set checkpoint.interval=1 --set checkpoint.keep=2 " +
+             "--set logging.interval=1 > " + dir.path() + "/out.txt 2>&1 & P=$!; " +
+             "for i in $(seq 1 600); do [ \"$(grep -c 'writing in the background' " + dir.path() +
+             "/out.txt 2>/dev/null)\" -ge 2 ] && break; sleep 0.05; done; sleep " + delay +
+             "; kill -KILL $P; wait $P; exit 0"},
+        120, {"OMP_NUM_THREADS=1"});
+    REQUIRE(r.exit_code == 0);
+    const auto resumed = run_process({trainer_binary(), "run", kTiny, "--set", "training.steps=1000", "--set",
+                                      "optimizer.warmup_steps=1", "--set", "checkpoint.dir=" + ck, "--set",
+                                      "training.steps=1"},
+                                     120, {"OMP_NUM_THREADS=1"});
+    INFO("delay " << delay << ": " << resumed.out << resumed.err);
+    CHECK(resumed.exit_code == 0);
+    CHECK(resumed.out.find("resumed from " + ck + "/step-") != std::string::npos);
+  }
+}

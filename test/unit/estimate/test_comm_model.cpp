@@ -13,7 +13,7 @@ HardwareProfile simple() {
 }
 }  // namespace
 
-TEST_CASE("ring collectives in the alpha-beta model, by hand", "[estimate]") {
+TEST_CASE("ring collectives in the alpha-beta model - by hand", "[estimate]") {
   const auto gpu = simple();
   GroupPlacement g8;
   g8.size = 8;

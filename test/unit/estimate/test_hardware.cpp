@@ -8,7 +8,7 @@
 
 using namespace trainer::estimate;
 
-TEST_CASE("built-in profiles: the five required GPUs and more, with datasheet peaks", "[estimate]") {
+TEST_CASE("built-in profiles: the five required GPUs and more - with datasheet peaks", "[estimate]") {
   const auto names = builtin_profile_names();
   for (const char* name : {"h100-sxm", "h100-pcie", "h200", "a100-80g", "b200", "a100-40g"})
     CHECK(std::find(names.begin(), names.end(), name) != names.end());
@@ -46,7 +46,7 @@ TEST_CASE("hardware.gpu accepts exactly the built-in profiles", "[estimate]") {
   CHECK(choices == names);
 }
 
-TEST_CASE("an unknown GPU is an error naming the known ones, never a default", "[estimate]") {
+TEST_CASE("an unknown GPU is an error naming the known ones - never a default", "[estimate]") {
   CHECK_THROWS_AS(builtin_profile("v100"), trainer::UserError);
   CHECK_THROWS_WITH(builtin_profile("h100"), Catch::Contains("unknown GPU \"h100\"") && Catch::Contains("h100-sxm") &&
                                                  Catch::Contains("b200"));
@@ -73,7 +73,7 @@ TEST_CASE("a profile file overrides any subset of fields", "[estimate]") {
                     Catch::Contains("efficiency.gemm"));
 }
 
-TEST_CASE("profile files: base, name, round trip", "[estimate]") {
+TEST_CASE("profile files: base - name - round trip", "[estimate]") {
   const std::string path = "/tmp/trainer_unit_estimate_profile.json";
   {
     std::ofstream out(path);

@@ -21,7 +21,7 @@ TEST_CASE("tiny-llama on the CPU: the measured peak of the byte-counting allocat
   CHECK(e.device == "cpu");
 }
 
-TEST_CASE("model state by hand: parameters, gradients, AdamW states, ZeRO 0-3", "[estimate]") {
+TEST_CASE("model state by hand: parameters - gradients - AdamW states - ZeRO 0-3", "[estimate]") {
   // tiny-llama: 803,968 parameters in 39 tensors; 2 * 128 + 4 * 256 norm weights... trained in bf16.
   const int64_t P = 803968, tensors = 39;
   for (int64_t zero = 0; zero <= 3; ++zero) {
@@ -34,6 +34,17 @@ TEST_CASE("model state by hand: parameters, gradients, AdamW states, ZeRO 0-3", 
     CHECK(s.gradients == Approx(2.0 * P / (zero >= 2 ? n : 1)));
     CHECK(s.optimizer_states == Approx(12.0 * P / (zero >= 1 ? n : 1) + 4.0 * tensors));
   }
+  // ZeRO-1's distributed optimizer keeps an fp32 master shard even when training in fp32, and
+  // takes the gradient norm of its shard in fp64 (16 bytes per element at once).
+  const auto fp32_zero1 = load("tiny-llama.json", {"parallel.zero=1"}, 4);
+  const auto z1 = estimate_job(fp32_zero1.recipe, *fp32_zero1.mesh, nullptr).stages.at(0);
+  CHECK(z1.optimizer_states == Approx(12.0 * P / 4 + 4.0 * tensors));
+  CHECK(z1.optimizer_step_transient == Approx(16.0 * P / 4));
+  CHECK(z1.reduction_transient == Approx(4.0 * P));  // Gloo's reduce-scatter clones every bucket
+  // Without data parallelism ZeRO-1 is plain AdamW.
+  const auto alone = load("tiny-llama.json", {"parallel.zero=1"}, 1);
+  CHECK(estimate_job(alone.recipe, *alone.mesh, nullptr).stages.at(0).optimizer_states ==
+        Approx(8.0 * P + 4.0 * tensors));
   // fp32 keeps no master copy: 8 bytes of moments per parameter.
   const auto fp32 = load("tiny-llama.json", {}, 1);
   const auto e = estimate_job(fp32.recipe, *fp32.mesh, nullptr);
@@ -46,7 +57,7 @@ TEST_CASE("model state by hand: parameters, gradients, AdamW states, ZeRO 0-3", 
         Approx(4.0 * (P - norms)));
 }
 
-TEST_CASE("monotonic: more tp, fewer weight bytes per rank", "[estimate]") {
+TEST_CASE("monotonic: more tp - fewer weight bytes per rank", "[estimate]") {
   double previous = 1e30;
   for (int64_t tp : {1, 2, 4, 8}) {
     const auto loaded = load("llama3-8b.json", {"parallel.tp=" + std::to_string(tp)}, 64);
@@ -58,7 +69,7 @@ TEST_CASE("monotonic: more tp, fewer weight bytes per rank", "[estimate]") {
   }
 }
 
-TEST_CASE("monotonic: more recompute, less activation memory", "[estimate]") {
+TEST_CASE("monotonic: more recompute - less activation memory", "[estimate]") {
   for (const char* dtype : {"bf16", "fp32"}) {
     double previous = 1e30, previous_layer = 1e30;
     for (const char* recompute : {"none", "selective", "full"}) {
@@ -74,7 +85,7 @@ TEST_CASE("monotonic: more recompute, less activation memory", "[estimate]") {
   }
 }
 
-TEST_CASE("monotonic: bigger micro-batches and longer sequences, more activations; cp splits them", "[estimate]") {
+TEST_CASE("monotonic: bigger micro-batches and longer sequences - more activations - cp splits them", "[estimate]") {
   auto peak = [](std::vector<std::string> sets, int64_t world) {
     const auto loaded = load("llama3-8b.json", sets, world);
     return estimate_job(loaded.recipe, *loaded.mesh, &h100()).peak_bytes;
@@ -85,7 +96,7 @@ TEST_CASE("monotonic: bigger micro-batches and longer sequences, more activation
   CHECK(peak({"parallel.zero=3"}, 64) < peak({"parallel.zero=1"}, 64));
 }
 
-TEST_CASE("pipeline: stage 0 of 1F1B holds pp micro-batches, GPipe all of them", "[estimate]") {
+TEST_CASE("pipeline: stage 0 of 1F1B holds pp micro-batches - GPipe all of them", "[estimate]") {
   const std::vector<std::string> sets = {"parallel.tp=1", "parallel.pp=4", "parallel.sequence_parallel=false",
                                          "training.global_batch_size=64"};
   const auto loaded = load("llama3-8b.json", sets, 16);  // dp 4: 16 micro-batches per step
@@ -115,11 +126,16 @@ TEST_CASE("pipeline: stage 0 of 1F1B holds pp micro-batches, GPipe all of them",
 }
 
 TEST_CASE("MoE: worst-case routing costs more than balanced", "[estimate]") {
-  const auto loaded = load("mixtral-8x7b.json", {}, 64);
+  // Expert parallelism 4: in the worst case one rank's experts get the tokens of all four ranks.
+  const auto loaded = load("tiny-moe.json", {"parallel.ep=4", "training.global_batch_size=32"}, 8);
   const auto e = estimate_job(loaded.recipe, *loaded.mesh, &h100());
-  CHECK(e.stages.at(0).moe_layers > 0);
+  CHECK(e.stages.at(0).moe_layers == 4);
+  CHECK(e.stages.at(0).activations_per_layer_moe > e.stages.at(0).activations_per_layer_dense);
   CHECK(e.peak_bytes_worst_routing > e.peak_bytes);
-  CHECK(e.stages.at(0).activations_per_layer_moe > 0);
+  // Mixtral's recipe peaks in the optimizer step, where routing does not matter.
+  const auto mixtral = load("mixtral-8x7b.json", {}, 64);
+  const auto m = estimate_job(mixtral.recipe, *mixtral.mesh, &h100());
+  CHECK(m.peak_bytes_worst_routing >= m.peak_bytes);
 }
 
 TEST_CASE("reserved and device total follow the profile's fragmentation and overhead", "[estimate]") {

@@ -31,7 +31,7 @@ TEST_CASE("interleaved 1F1B: 2 (pp - r - 1) + (v - 1) pp warm-up forwards (Naray
   CHECK(peak_inflight_chunks(Schedule::Interleaved, 4, 2, 0, 4) == 8);
 }
 
-TEST_CASE("bubble: (pp - 1) / m, divided by v when interleaved; more micro-batches, smaller bubble", "[estimate]") {
+TEST_CASE("bubble: (pp - 1) / m - divided by v when interleaved - more micro-batches - smaller bubble", "[estimate]") {
   CHECK(bubble_fraction(Schedule::OneFOneB, 4, 1, 8) == Approx(3.0 / 8));
   CHECK(bubble_fraction(Schedule::GPipe, 4, 1, 8) == Approx(3.0 / 8));
   CHECK(bubble_fraction(Schedule::Interleaved, 4, 2, 8) == Approx(3.0 / 16));

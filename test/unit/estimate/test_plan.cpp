@@ -58,7 +58,7 @@ TEST_CASE("plan never returns a configuration validate rejects (MoE)", "[estimat
   check_plan("deepseek-v3-style.json", 256);
 }
 
-TEST_CASE("plan finds nothing when nothing fits, and says why not by returning an empty list", "[estimate][plan]") {
+TEST_CASE("plan finds nothing when nothing fits - and says why not by returning an empty list", "[estimate][plan]") {
   const auto base = load("llama3.1-405b.json");
   PlanOptions options;
   options.gpus = 8;

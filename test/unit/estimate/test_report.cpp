@@ -53,7 +53,7 @@ const std::set<std::string> kBreakdown = {
     "parameters", "gradients", "optimizer_states", "model_buffers", "comm_buffers", "cublas_workspace",
     "activations_per_layer", "activations_microbatch", "inflight_chunks", "inflight_microbatches",
     "activations_other_microbatches", "microbatch_peak", "microbatch_peak_at", "logits_and_loss",
-    "logits_and_loss_peak", "optimizer_step_transient"};
+    "logits_and_loss_peak", "optimizer_step_transient", "reduction_transient"};
 const std::set<std::string> kTime = {"gemm_s", "attention_s", "memory_bound_s", "recompute_s", "tp_comm_s",
                                      "cp_comm_s", "ep_comm_s", "pp_comm_s", "microbatch_s", "bubble_s", "dp_comm_s",
                                      "dp_exposed_s", "param_gather_s", "optimizer_s"};
@@ -62,7 +62,7 @@ const std::set<std::string> kMesh = {"tp", "cp", "dp", "pp", "vpp", "ep", "etp",
 
 }  // namespace
 
-TEST_CASE("estimate JSON: schema version 1, every documented key, nothing else", "[estimate]") {
+TEST_CASE("estimate JSON: schema version 1 - every documented key - nothing else", "[estimate]") {
   const auto doc = estimate_doc("llama3-8b.json", {}, 16, false);
   CHECK(doc["schema_version"] == 1);
   CHECK(keys(doc) == kTop);
@@ -80,7 +80,7 @@ TEST_CASE("estimate JSON: schema version 1, every documented key, nothing else",
   CHECK(doc["gpu"]["name"] == "h100-sxm");
 }
 
-TEST_CASE("estimate JSON on the CPU: the same keys, time fields null", "[estimate]") {
+TEST_CASE("estimate JSON on the CPU: the same keys - time fields null", "[estimate]") {
   const auto doc = estimate_doc("tiny-llama.json", {}, 1, true);
   CHECK(keys(doc) == kTop);
   CHECK(doc["device"] == "cpu");
@@ -118,7 +118,7 @@ TEST_CASE("estimate is fast: well under a second for the 405B recipe", "[estimat
   WARN("estimate_job for llama3.1-405b on 2016 GPUs: " << seconds * 1e3 << " ms");
 }
 
-TEST_CASE("the text report names the peak, the breakdown and the assumptions", "[estimate]") {
+TEST_CASE("the text report names the peak - the breakdown and the assumptions", "[estimate]") {
   const auto loaded = load("llama3-8b.json", {}, 16);
   const auto& gpu = builtin_profile("h100-sxm");
   const auto e = estimate_job(loaded.recipe, *loaded.mesh, &gpu);

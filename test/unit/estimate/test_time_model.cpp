@@ -57,7 +57,7 @@ TEST_CASE("step time: outputs consistent with each other", "[estimate]") {
   CHECK(t.dp_exposed_s <= t.dp_comm_s);
 }
 
-TEST_CASE("monotonic: more micro-batches, smaller bubble share", "[estimate]") {
+TEST_CASE("monotonic: more micro-batches - smaller bubble share", "[estimate]") {
   double previous = 1;
   for (int64_t gbs : {64, 128, 256, 512}) {
     const auto e = estimate("llama3-8b.json",
@@ -70,7 +70,7 @@ TEST_CASE("monotonic: more micro-batches, smaller bubble share", "[estimate]") {
   }
 }
 
-TEST_CASE("recompute costs time, fused kernels save it, bigger GPUs are faster", "[estimate]") {
+TEST_CASE("recompute costs time - fused kernels save it - bigger GPUs are faster", "[estimate]") {
   const auto none = estimate("llama3-8b.json", {"training.recompute=none"}, 64);
   const auto full = estimate("llama3-8b.json", {"training.recompute=full"}, 64);
   CHECK(full.step_time_s > none.step_time_s);

@@ -1,0 +1,498 @@
+#pragma once
+// Internal to lib/estimate: the operations of our model replayed on a Timeline (see layer_model.h).
+// Each forward function returns the tensors its backward needs (what autograd saved); backward
+// functions consume the incoming gradient and return the outgoing one. Comments name the code in
+// lib/model being replayed.
+#include <algorithm>
+#include <cstdint>
+
+#include "estimate/layer_model.h"
+#include "estimate/tensor_timeline.h"
+
+namespace trainer::estimate::replay {
+
+using Id = Timeline::Id;
+constexpr int64_t kF32 = 4;
+constexpr int64_t kI64 = 8;
+
+// Linear layers, RMSNorm, rotary, flash attention, tensor-parallel boundaries, the attention
+// block and the SwiGLU MLP.
+class ReplayOps {
+ public:
+  ReplayOps(Timeline& t, const RankShape& s) : t_(t), s_(s), e_(s.element_bytes()) {}
+
+  // --- primitives -----------------------------------------------------------------------------
+  // A memory-bound kernel writing `bytes` and reading `reads` times as much.
+  Id ew(int64_t bytes, double reads = 1) {
+    auto& c = t_.costs();
+    c.memory_bytes += double(bytes) * (1 + reads);
+    c.memory_kernels += 1;
+    return t_.alloc(bytes);
+  }
+  // y[m,n] = x[m,k] w[n,k]^T in the model dtype.
+  Id gemm(int64_t m, int64_t n, int64_t k) {
+    t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e_)});
+    return t_.alloc(m * n * e_);
+  }
+  void comm(CommKind kind, CommGroup group, int64_t bytes, bool overlapped = false) {
+    t_.costs().comms.push_back(CommOp{kind, group, double(bytes), overlapped});
+  }
+  void drop(Id id) { t_.drop(id); }
+  void hold(Id id) { t_.hold(id); }
+  Id alloc(int64_t bytes) { return t_.alloc(bytes); }
+  // A gradient accumulated in place into `into`: `from` is freed.
+  void accumulate(Id into, Id from) {
+    t_.costs().memory_bytes += 3.0 * double(t_.bytes(from));
+    t_.costs().memory_kernels += 1;
+    t_.drop(from);
+  }
+
+  bool sp() const { return s_.sequence_parallel && s_.tp > 1; }
+  int64_t T() const { return s_.tokens(); }
+  int64_t Tn() const { return s_.norm_tokens(); }
+  int64_t H() const { return s_.hidden; }
+
+  // --- linear layers: save the input, produce weight and input gradients ----------------------
+  // Backward of y = x W^T (W [n,k], x [m,k]): the weight gradient is a new tensor accumulated
+  // into the persistent .grad (AccumulateGrad adds in place, then frees it); the input gradient
+  // is new. `saved` is the input the linear holds, released after.
+  Id linear_backward(Id g, int64_t m, int64_t n, int64_t k, Id saved, bool drop_grad = true) {
+    const Id gw = gemm(n, k, m);  // dW = g^T x
+    const Id gx = gemm(m, k, n);  // dx = g W
+    if (drop_grad) drop(g);
+    drop(saved);
+    t_.costs().memory_bytes += 3.0 * double(n * k * e_);  // .grad += dW
+    drop(gw);
+    return gx;
+  }
+
+  // --- RMSNorm (layers.cpp): x32 = x.float(); normed = x32 * rsqrt(mean(x32^2) + eps);
+  //     out = w * normed.to(dtype) -----------------------------------------------------------
+  struct NormSaved {
+    Id x32 = Timeline::kNone, rs = Timeline::kNone, normed = Timeline::kNone;
+    int64_t tokens = 0;
+  };
+  Id norm_forward(Id x, int64_t tokens, NormSaved& saved) {
+    const int64_t n = tokens * H();
+    saved.tokens = tokens;
+    if (e_ == kF32) {
+      saved.x32 = x;
+      hold(x);  // saved by pow and by the mul
+    } else {
+      saved.x32 = ew(n * kF32);  // the fp32 copy, saved
+    }
+    const Id pow = ew(n * kF32);
+    const Id mean = ew(tokens * kF32);
+    drop(pow);
+    const Id add = ew(tokens * kF32);
+    drop(mean);
+    saved.rs = ew(tokens * kF32);  // rsqrt, saved
+    drop(add);
+    Id normed = ew(n * kF32, 2);
+    if (e_ != kF32) {
+      const Id cast = ew(n * e_);
+      drop(normed);
+      normed = cast;
+    }
+    saved.normed = normed;  // saved by the weight mul
+    return ew(n * e_, 2);
+  }
+  // Returns the gradient of x. With `resid` (the residual stream's gradient buffer) the result
+  // is accumulated into it in place, as autograd's input buffer does, and `resid` is returned.
+  Id norm_backward(Id g, const NormSaved& saved, Id resid) {
+    const int64_t n = saved.tokens * H();
+    Id gn = ew(n * e_, 2);         // g * w
+    const Id tmp = ew(n * e_, 2);  // g * normed, summed into the weight gradient
+    const Id gw = ew(H() * e_);
+    drop(tmp);
+    drop(saved.normed);
+    drop(g);
+    drop(gw);
+    if (e_ != kF32) {
+      const Id g32 = ew(n * kF32);
+      drop(gn);
+      gn = g32;
+    }
+    const Id gx1 = ew(n * kF32, 2);   // gn * rs
+    const Id tmp2 = ew(n * kF32, 2);  // gn * x32, summed for rs
+    const Id grs = ew(saved.tokens * kF32);
+    drop(tmp2);
+    drop(gn);
+    const bool into_resid = resid != Timeline::kNone && e_ == kF32;
+    Id acc = gx1;
+    if (into_resid) {
+      accumulate(resid, gx1);
+      acc = resid;
+    }
+    const Id gpow = ew(n * kF32);  // through rsqrt, add, mean
+    drop(grs);
+    drop(saved.rs);
+    // pow backward: grad * (2 * x.pow(1)), three temporaries alive together.
+    const Id ta = ew(n * kF32);
+    const Id tb = ew(n * kF32);
+    const Id tc = ew(n * kF32, 2);
+    drop(ta);
+    drop(tb);
+    drop(gpow);
+    accumulate(acc, tc);
+    drop(saved.x32);
+    if (e_ == kF32) return acc;
+    const Id cast = ew(n * e_);  // x.float() backward
+    drop(acc);
+    if (resid == Timeline::kNone) return cast;
+    accumulate(resid, cast);
+    return resid;
+  }
+
+  // --- rotary (rotary.cpp): x * cos + cat(-x2, x1) * sin; cos and sin need no gradient, so the
+  //     muls save only them and the input is freed once rotated -----------------------------------
+  Id rope_forward(Id x, int64_t bytes) {
+    const Id xc = ew(bytes, 2);
+    const Id neg = ew(bytes / 2);
+    const Id cat = ew(bytes);
+    drop(neg);
+    const Id rs = ew(bytes, 2);
+    drop(cat);
+    const Id out = ew(bytes, 2);
+    drop(xc);
+    drop(rs);
+    drop(x);
+    return out;
+  }
+  Id rope_backward(Id g, int64_t bytes) {
+    const Id a = ew(bytes, 2);      // g * sin
+    const Id b = ew(bytes / 2);     // neg
+    const Id c = ew(bytes);         // slice backward
+    drop(a);
+    const Id d = ew(bytes, 2);
+    drop(b);
+    drop(c);
+    const Id r = ew(bytes, 2);      // all paths summed (g * cos + ...)
+    drop(d);
+    drop(g);
+    return r;
+  }
+
+  // --- attention core: scaled_dot_product_attention (flash: saves q, k, v, out and the fp32
+  //     log-sum-exp; no s x s matrix) --------------------------------------------------------
+  int64_t q_bytes() const { return T() * s_.q_heads * s_.head_dim * e_; }
+  int64_t kv_bytes() const { return T() * s_.kv_heads * s_.head_dim * e_; }
+  int64_t lse_bytes() const { return s_.micro_batch * s_.q_heads * s_.seq * kF32; }
+  // CPU flash attention (aten/native/cpu/FlashAttentionKernel.cpp) keeps per-thread blocks:
+  // q split 32/64/256 by length, kv split 512.
+  int64_t q_split() const { return std::min<int64_t>(s_.seq >= 768 ? 256 : s_.seq >= 192 ? 64 : 32, s_.seq); }
+  int64_t kv_split() const { return std::min<int64_t>(512, s_.seq); }
+  double attention_flops_forward() const {
+    // QK^T and AV: 4 b heads s^2 d, half of it under the causal mask. With cp, each rank's two
+    // chunks see on average half of the whole sequence: the same total split cp ways.
+    const double full = 4.0 * double(s_.micro_batch) * double(s_.q_heads) * double(s_.seq) *
+                        double(s_.seq * s_.cp) * double(s_.head_dim);
+    return full / 2.0;
+  }
+  // Ring attention runs one flash call per K/V block it holds in turn.
+  int64_t attention_calls() const { return s_.cp > 1 && !s_.ulysses ? s_.cp : 1; }
+  void cp_forward_comm() {
+    if (s_.cp <= 1) return;
+    if (s_.ulysses) {
+      comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + 2 * kv_bytes());
+      comm(CommKind::AllToAll, CommGroup::Cp, q_bytes());
+    } else {
+      // Ring: every rank passes its K and V block around the cp ranks while computing.
+      comm(CommKind::SendRecv, CommGroup::Cp, (s_.cp - 1) * 2 * kv_bytes(), /*overlapped=*/true);
+    }
+  }
+  struct AttentionSaved {
+    Id q = Timeline::kNone, k = Timeline::kNone, v = Timeline::kNone, out = Timeline::kNone, lse = Timeline::kNone;
+  };
+  // Returns out; `keep_lse` false when the core runs without autograd (selective recompute).
+  Id sdpa_forward(bool keep_lse, Id& lse) {
+    const Id out = alloc(q_bytes());
+    lse = alloc(lse_bytes());
+    t_.costs().attention_flops += attention_flops_forward();
+    t_.costs().attention_calls += attention_calls();
+    if (s_.cp > 1 && !s_.ulysses) {
+      // Ring attention: the K/V blocks in flight (receive buffers, double-buffered).
+      const Id ring = alloc(2 * kv_bytes());
+      drop(ring);
+    }
+    if (s_.device == Device::Cpu) {
+      const int64_t qs = q_split(), kvs = kv_split();
+      int64_t ws = s_.cpu_threads * (qs * kvs + 2 * qs + qs * s_.head_dim) * kF32;
+      if (e_ != kF32) ws += s_.cpu_threads * qs * kvs * e_;
+      drop(alloc(ws));
+    }
+    cp_forward_comm();
+    if (!keep_lse) {
+      drop(lse);
+      lse = Timeline::kNone;
+    }
+    return out;
+  }
+  // Consumes the gradient of out and releases q, k, v, out, lse; returns dq, dk, dv.
+  void sdpa_backward(Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv) {
+    dq = alloc(q_bytes());
+    dk = alloc(kv_bytes());
+    dv = alloc(kv_bytes());
+    t_.costs().attention_flops += 2.5 * attention_flops_forward();  // flash backward ~ 2.5x forward
+    t_.costs().attention_calls += attention_calls();
+    if (s_.device == Device::Cpu) {
+      const int64_t qs = q_split(), kvs = kv_split();
+      int64_t ws = s_.cpu_threads * 2 * qs * kvs * kF32;
+      if (e_ != kF32) ws += s_.cpu_threads * (2 * qs * kvs * e_ + qs * s_.head_dim * kF32);
+      drop(alloc(ws));
+    } else {
+      // FlashAttention-2 backward: fp32 dq accumulator and softmax row sums; with grouped-query
+      // attention dk, dv per query head before the group sum.
+      const Id acc = alloc(T() * s_.q_heads * s_.head_dim * kF32 + lse_bytes());
+      Id expand = Timeline::kNone;
+      if (s_.q_heads != s_.kv_heads) expand = alloc(2 * q_bytes());
+      drop(acc);
+      drop(expand);
+    }
+    if (s_.cp > 1) {
+      if (s_.ulysses) {
+        comm(CommKind::AllToAll, CommGroup::Cp, q_bytes());
+        comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + 2 * kv_bytes());
+      } else {
+        const Id ring = alloc(2 * kv_bytes() + 2 * kv_bytes() / e_ * kF32);  // K/V in flight, dK/dV accumulators
+        drop(ring);
+        comm(CommKind::SendRecv, CommGroup::Cp, (s_.cp - 1) * 4 * kv_bytes(), /*overlapped=*/true);
+      }
+    }
+    drop(g);
+    drop(a.k);
+    drop(a.q);
+    drop(a.v);
+    drop(a.lse);
+    drop(a.out);
+  }
+
+  // --- tensor-parallel boundaries -------------------------------------------------------------
+  // Input of a column-parallel block: with sp, all-gather the norm output (the gathered copy is
+  // not saved: backward gathers again, as Megatron does); with tp only, the input is replicated.
+  Id gather_input(Id x) {
+    if (!sp()) return x;
+    comm(CommKind::AllGather, CommGroup::Tp, T() * H() * e_);
+    return alloc(T() * H() * e_);
+  }
+  // Output of a row-parallel block: all-reduce (tp) or reduce-scatter (sp) of the partial sums.
+  Id reduce_output(Id y) {
+    if (s_.tp <= 1) return y;
+    if (!sp()) {
+      comm(CommKind::AllReduce, CommGroup::Tp, T() * H() * e_);
+      return y;
+    }
+    comm(CommKind::ReduceScatter, CommGroup::Tp, T() * H() * e_);
+    const Id r = alloc(Tn() * H() * e_);
+    drop(y);
+    return r;
+  }
+  // Backward of gather_input: the input gradient is summed (sp: reduce-scattered) across tp.
+  Id reduce_grad(Id g) {
+    if (s_.tp <= 1) return g;
+    if (!sp()) {
+      comm(CommKind::AllReduce, CommGroup::Tp, T() * H() * e_);
+      return g;
+    }
+    comm(CommKind::ReduceScatter, CommGroup::Tp, T() * H() * e_);
+    const Id r = alloc(Tn() * H() * e_);
+    drop(g);
+    return r;
+  }
+
+  // --- attention block (attention.cpp) ------------------------------------------------------
+  struct AttentionBlock {
+    NormSaved norm;
+    Id norm_out = Timeline::kNone;  // saved by q, k, v projections
+    AttentionSaved core;
+    Id h = Timeline::kNone;         // x + attention: the residual stream
+  };
+  // x: the layer input [Tn, H]. Returns h = x + o_proj(attention(norm(x))).
+  Id attention_forward(Id x, AttentionBlock& a) {
+    const Id n1 = norm_forward(x, Tn(), a.norm);
+    a.norm_out = n1;
+    const Id in = gather_input(n1);
+    const int64_t qd = s_.q_heads * s_.head_dim, kvd = s_.kv_heads * s_.head_dim;
+    const Id q = gemm(T(), qd, H());
+    const Id k = gemm(T(), kvd, H());
+    const Id v = gemm(T(), kvd, H());
+    hold(n1);
+    hold(n1);  // three projections save the (sharded) input; the local reference is the third
+    if (in != n1) drop(in);
+    a.core.q = rope_forward(q, q_bytes());
+    a.core.k = rope_forward(k, kv_bytes());
+    a.core.v = v;
+    Id lse = Timeline::kNone;
+    if (s_.recompute == Recompute::Selective) {
+      // recompute(core, {q, k, v}): saves q, k, v; the core runs without autograd.
+      a.core.out = sdpa_forward(/*keep_lse=*/false, lse);
+    } else {
+      a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
+    }
+    a.core.lse = lse;
+    const Id o = reduce_output(gemm(T(), H(), qd));  // o_proj saves its input (out)
+    // Without recompute the flash node saves out too; with selective recompute only o_proj does.
+    if (s_.recompute != Recompute::Selective) hold(a.core.out);
+    a.h = ew(Tn() * H() * e_, 2);  // h = x + o
+    drop(o);
+    return a.h;
+  }
+  // g: gradient of h (the residual gradient, accumulated in place). Returns the gradient of the
+  // layer input (the same buffer after accumulation) and releases the block's saved tensors.
+  Id attention_backward(Id g, AttentionBlock& a) {
+    const int64_t qd = s_.q_heads * s_.head_dim, kvd = s_.kv_heads * s_.head_dim;
+    // o_proj: its input gradient is the gradient of the attention output.
+    const Id go = gather_grad_copy(g);
+    const Id gout = linear_backward(go, T(), H(), qd, a.core.out, /*drop_grad=*/go != g);
+    if (s_.recompute == Recompute::Selective) {
+      // Recompute the core with autograd (out and lse saved again), then its backward.
+      Id lse = Timeline::kNone;
+      a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
+      a.core.lse = lse;
+    }
+    Id dq, dk, dv;
+    sdpa_backward(gout, a.core, dq, dk, dv);
+    const Id gk = rope_backward(dk, kv_bytes());
+    const Id gq = rope_backward(dq, q_bytes());
+    // v, k, q projections (reverse order of creation); the input gradients are summed.
+    const Id in = sp() ? alloc(T() * H() * e_) : Timeline::kNone;  // re-gathered input (sp)
+    if (in != Timeline::kNone) comm(CommKind::AllGather, CommGroup::Tp, T() * H() * e_);
+    const Id gin_v = linear_backward(dv, T(), kvd, H(), Timeline::kNone);
+    const Id gin_k = linear_backward(gk, T(), kvd, H(), Timeline::kNone);
+    const Id sum = ew(T() * H() * e_, 2);
+    drop(gin_v);
+    drop(gin_k);
+    const Id gin_q = linear_backward(gq, T(), qd, H(), Timeline::kNone);
+    drop(a.norm_out);
+    drop(a.norm_out);
+    drop(a.norm_out);
+    drop(in);
+    accumulate(sum, gin_q);
+    const Id gn = reduce_grad(sum);
+    return norm_backward(gn, a.norm, g);
+  }
+  // With sp the row-parallel output's gradient is all-gathered into a new buffer; otherwise the
+  // residual gradient itself feeds the projection.
+  Id gather_grad_copy(Id g) {
+    if (!sp()) return g;
+    comm(CommKind::AllGather, CommGroup::Tp, T() * H() * e_);
+    return alloc(T() * H() * e_);
+  }
+
+  // --- SwiGLU MLP (layers.cpp): down(silu(gate(x)) * up(x)) ------------------------------------
+  struct MlpSaved {
+    Id in = Timeline::kNone, gate = Timeline::kNone, silu = Timeline::kNone, up = Timeline::kNone,
+       mul = Timeline::kNone;
+    int64_t rows = 0, width = 0;
+    bool regather = false;
+  };
+  // x [rows, H] (already gathered when sp); `saved` is what gate and up keep for backward (the
+  // sharded input with sp, regathered in backward); returns the (unreduced) output [rows, H].
+  Id mlp_forward(Id x, Id saved, int64_t rows, int64_t width, MlpSaved& m) {
+    m.rows = rows;
+    m.width = width;
+    m.in = saved;
+    m.regather = saved != x;
+    hold(saved);
+    hold(saved);
+    m.gate = gemm(rows, width, H());
+    m.silu = ew(rows * width * e_);
+    m.up = gemm(rows, width, H());
+    m.mul = ew(rows * width * e_, 2);
+    return gemm(rows, H(), width);
+  }
+  // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input.
+  Id mlp_backward(Id g, MlpSaved& m) {
+    const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
+    Id regathered = Timeline::kNone;
+    if (m.regather) {
+      comm(CommKind::AllGather, CommGroup::Tp, rows * H() * e_);
+      regathered = alloc(rows * H() * e_);
+    }
+    const Id gmul = linear_backward(g, rows, H(), width, m.mul, /*drop_grad=*/false);
+    const Id gsilu = ew(act, 2);  // g * up
+    const Id gup = ew(act, 2);    // g * silu
+    drop(gmul);
+    drop(m.silu);
+    drop(m.up);
+    const Id gin_up = linear_backward(gup, rows, width, H(), Timeline::kNone);
+    const Id ggate = ew(act, 2);  // silu backward
+    drop(gsilu);
+    drop(m.gate);
+    const Id gin_gate = linear_backward(ggate, rows, width, H(), Timeline::kNone);
+    drop(m.in);
+    drop(m.in);
+    drop(regathered);
+    const Id sum = ew(rows * H() * e_, 2);
+    drop(gin_gate);
+    drop(gin_up);
+    return sum;
+  }
+
+  // --- without autograd (the forward of recompute(full)): nothing is saved, every tensor is
+  //     freed once its consumer has run ------------------------------------------------------
+  Id norm_nograd(Id x, int64_t tokens) {
+    const int64_t n = tokens * H();
+    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
+    const Id pow = ew(n * kF32);
+    const Id mean = ew(tokens * kF32);
+    drop(pow);
+    const Id add = ew(tokens * kF32);
+    drop(mean);
+    const Id rs = ew(tokens * kF32);
+    drop(add);
+    Id normed = ew(n * kF32, 2);
+    drop(rs);
+    drop(x32);
+    if (e_ != kF32) {
+      const Id cast = ew(n * e_);
+      drop(normed);
+      normed = cast;
+    }
+    const Id out = ew(n * e_, 2);
+    drop(normed);
+    (void)x;
+    return out;
+  }
+  Id attention_nograd(Id x) {
+    const int64_t qd = s_.q_heads * s_.head_dim, kvd = s_.kv_heads * s_.head_dim;
+    const Id n1 = norm_nograd(x, Tn());
+    const Id in = gather_input(n1);
+    const Id q = gemm(T(), qd, H());
+    const Id k = gemm(T(), kvd, H());
+    const Id v = gemm(T(), kvd, H());
+    if (in != n1) drop(in);
+    drop(n1);
+    const Id qr = rope_forward(q, q_bytes());
+    const Id kr = rope_forward(k, kv_bytes());
+    Id lse = Timeline::kNone;
+    const Id out = sdpa_forward(/*keep_lse=*/false, lse);
+    drop(qr);
+    drop(kr);
+    drop(v);
+    const Id o = reduce_output(gemm(T(), H(), qd));
+    drop(out);
+    const Id h = ew(Tn() * H() * e_, 2);
+    drop(o);
+    return h;
+  }
+  Id mlp_nograd(Id x, int64_t rows, int64_t width) {
+    const Id gate = gemm(rows, width, H());
+    const Id silu = ew(rows * width * e_);
+    drop(gate);
+    const Id up = gemm(rows, width, H());
+    const Id mul = ew(rows * width * e_, 2);
+    drop(silu);
+    drop(up);
+    const Id down = gemm(rows, H(), width);
+    drop(mul);
+    (void)x;
+    return down;
+  }
+ protected:
+  Timeline& t_;
+  const RankShape& s_;
+  int64_t e_;
+};
+
+}  // namespace trainer::estimate::replay

@@ -1,0 +1,212 @@
+// trainer estimate and trainer plan end to end: the predicted peak memory against the measured
+// peak of the byte-counting CPU allocator (trainer run --cpu, fp32), and the command lines.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "process.h"
+
+using namespace trainer::test;
+using nlohmann::json;
+
+namespace {
+
+const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
+const std::string kTinyMoe = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-moe.json";
+
+ProcessResult run_trainer_cmd(std::vector<std::string> args, double timeout = 120) {
+  args.insert(args.begin(), trainer_binary());
+  // One intra-op thread: ctest runs two tests at once on two cores, and the estimate counts the
+  // CPU attention kernel's per-thread buffers for one thread.
+  return run_process(args, timeout, {"OMP_NUM_THREADS=1"});
+}
+
+std::vector<std::string> with_sets(std::vector<std::string> args, const std::vector<std::string>& sets) {
+  for (const auto& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  return args;
+}
+
+struct Accuracy {
+  double predicted = 0, measured = 0;
+  double error() const { return (predicted - measured) / measured; }
+};
+
+// Predicted (trainer estimate --cpu) and measured (the largest mem_peak_bytes a 2-step run logs;
+// with several ranks, rank 0's, which writes the metrics file).
+Accuracy measure(const std::string& recipe, const std::vector<std::string>& sets, int world = 1) {
+  TempDir dir;
+  const auto est = run_trainer_cmd(
+      with_sets({"estimate", recipe, "--cpu", "--json", "--world-size", std::to_string(world)}, sets));
+  INFO(est.err);
+  REQUIRE(est.exit_code == 0);
+  auto run_sets = sets;
+  run_sets.insert(run_sets.end(), {"training.steps=2", "logging.interval=1", "optimizer.warmup_steps=1",
+                                   "logging.metrics_file=" + dir.path() + "/m.jsonl"});
+  std::vector<std::string> run_args = {"run", recipe, "--cpu"};
+  if (world > 1) run_args.insert(run_args.end(), {"--nproc-per-node", std::to_string(world)});
+  const auto run = run_trainer_cmd(with_sets(run_args, run_sets), 300);
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  Accuracy a;
+  a.predicted = json::parse(est.out)["memory"]["peak_bytes"].get<double>();
+  std::istringstream lines(read_file(dir.path() + "/m.jsonl"));
+  std::string line;
+  while (std::getline(lines, line))
+    if (!line.empty()) a.measured = std::max(a.measured, json::parse(line)["mem_peak_bytes"].get<double>());
+  return a;
+}
+
+void check_accuracy(const std::string& recipe, const std::vector<std::vector<std::string>>& configurations,
+                    int world = 1) {
+  double worst = 0;
+  std::string table;
+  for (const auto& sets : configurations) {
+    const Accuracy a = measure(recipe, sets, world);
+    std::string name;
+    for (const auto& s : sets) name += (name.empty() ? "" : " ") + s;
+    char row[512];
+    std::snprintf(row, sizeof row, "%+7.3f%%  predicted %11.0f  measured %11.0f  %s\n", 100 * a.error(), a.predicted,
+                  a.measured, name.empty() ? "(recipe as is)" : name.c_str());
+    table += row;
+    worst = std::max(worst, std::fabs(a.error()));
+    INFO(name);
+    CHECK(std::fabs(a.error()) < 0.05);
+  }
+  WARN("CPU peak memory, predicted vs measured (" << recipe << ", " << world << " rank" << (world > 1 ? "s" : "")
+                                                   << "):\n" << table << "worst |error| " << 100 * worst << "%");
+}
+
+}  // namespace
+
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[estimate]") {
+  check_accuracy(kTiny, {
+      {},
+      {"training.recompute=selective"},
+      {"training.recompute=full"},
+      {"model.tie_word_embeddings=true"},
+      {"model.vocab_size=3000", "training.micro_batch_size=2", "training.global_batch_size=4"},
+      {"model.vocab_size=64", "model.intermediate_size=1024", "model.num_hidden_layers=2"},
+      {"model.num_key_value_heads=1", "training.seq_len=256", "training.micro_batch_size=1",
+       "training.global_batch_size=3"},
+      {"model.hidden_size=64", "model.num_attention_heads=8", "model.num_key_value_heads=8",
+       "model.num_hidden_layers=5", "training.seq_len=200", "training.micro_batch_size=3",
+       "training.global_batch_size=3", "training.recompute=full", "model.tie_word_embeddings=true"},
+  });
+}
+
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE)", "[estimate]") {
+  check_accuracy(kTinyMoe, {
+      {},
+      {"training.recompute=full"},
+      {"model.moe.num_shared_experts=1", "training.recompute=selective"},
+      {"model.moe.capacity_factor=1.25"},
+      {"model.moe.num_local_experts=8", "model.moe.num_experts_per_tok=1", "model.vocab_size=64",
+       "model.moe.moe_intermediate_size=512", "training.seq_len=64"},
+      {"model.moe.layers=[1,3]", "model.tie_word_embeddings=true", "training.micro_batch_size=2",
+       "training.global_batch_size=2"},
+  });
+}
+
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (2 data-parallel ranks)", "[estimate]") {
+  check_accuracy(kTiny, {
+      {"parallel.zero=0"},
+      {"parallel.zero=1"},
+      {"parallel.zero=1", "training.recompute=full"},
+      {"parallel.zero=1", "training.dtype=bf16", "training.recompute=full"},
+  }, 2);
+  check_accuracy(kTinyMoe, {{"parallel.zero=1", "training.recompute=selective"}}, 2);
+}
+
+TEST_CASE("estimate: the 405B recipe in well under a second - JSON on stdout", "[estimate]") {
+  const std::string recipe = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3.1-405b.json";
+  const auto r = run_trainer_cmd({"estimate", recipe, "--json", "--world-size", "2016"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.seconds < 5);  // process start included (libtorch loads); the estimate itself takes microseconds
+  const auto doc = json::parse(r.out);
+  CHECK(doc["schema_version"] == 1);
+  CHECK(doc["world_size"] == 2016);
+  CHECK(doc["memory"]["stages"].size() == 14);
+  CHECK(doc["memory"]["peak_bytes"].get<double>() > 10e9);
+  for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"})
+    CHECK(doc[key].is_number());
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("estimate: text report - and the smallest valid world size by default", "[estimate]") {
+  const auto r = run_trainer_cmd({"estimate", std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3-8b.json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("world 2 = tp 2") != std::string::npos);
+  CHECK(r.out.find("smallest valid world size") != std::string::npos);
+  CHECK(r.out.find("step time:") != std::string::npos);
+  CHECK(r.out.find("assumptions:") != std::string::npos);
+}
+
+TEST_CASE("estimate: GPUs by name or profile file - unknown ones are errors", "[estimate]") {
+  const auto unknown = run_trainer_cmd({"estimate", kTiny, "--gpu", "v100"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.out.empty());
+  CHECK(unknown.err.find("unknown GPU \"v100\"") != std::string::npos);
+  CHECK(unknown.err.find("h100-sxm") != std::string::npos);
+
+  const auto a100 = run_trainer_cmd({"estimate", kTiny, "--gpu", "a100-80g", "--json"});
+  REQUIRE(a100.exit_code == 0);
+  CHECK(json::parse(a100.out)["gpu"]["name"] == "a100-80g");
+
+  TempDir dir;
+  const std::string profile = dir.write("p.json", R"({"base": "h100-sxm", "name": "slow", "peak_tflops": {"fp32": 1}})");
+  const auto slow = run_trainer_cmd({"estimate", kTiny, "--gpu-profile", profile, "--json"});
+  REQUIRE(slow.exit_code == 0);
+  const auto fast = run_trainer_cmd({"estimate", kTiny, "--json"});
+  REQUIRE(fast.exit_code == 0);
+  CHECK(json::parse(slow.out)["gpu"]["name"] == "slow");
+  CHECK(json::parse(slow.out)["step_time_s"].get<double>() > json::parse(fast.out)["step_time_s"].get<double>());
+
+  const std::string bad = dir.write("bad.json", R"({"peak_tflops": {"bf17": 100}})");
+  const auto invalid = run_trainer_cmd({"estimate", kTiny, "--gpu-profile", bad});
+  CHECK(invalid.exit_code == 2);
+  CHECK(invalid.err.find("peak_tflops.bf17") != std::string::npos);
+  CHECK(run_trainer_cmd({"estimate", kTiny, "--cpu", "--gpu", "h200"}).exit_code == 2);
+  CHECK(run_trainer_cmd({"estimate", kTiny, "--world-size", "3", "--set", "parallel.tp=2"}).exit_code == 2);
+}
+
+TEST_CASE("plan: every configuration it prints passes trainer validate", "[estimate][plan]") {
+  for (const auto& [recipe, gpus] : std::vector<std::pair<std::string, std::string>>{
+           {"/recipes/llama3-8b.json", "32"}, {"/recipes/tiny-moe.json", "8"}, {"/recipes/mixtral-8x7b.json", "64"}}) {
+    const std::string path = std::string(TRAINER_SOURCE_DIR) + recipe;
+    const auto r = run_trainer_cmd({"plan", path, "--gpus", gpus, "--top", "5", "--json"});
+    INFO(recipe << ": " << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto doc = json::parse(r.out);
+    REQUIRE(!doc["configurations"].empty());
+    for (const auto& c : doc["configurations"]) {
+      std::vector<std::string> args = {"validate", path, "--world-size", gpus};
+      for (const auto& o : c["overrides"]) {
+        args.push_back("--set");
+        args.push_back(o.get<std::string>());
+      }
+      const auto v = run_trainer_cmd(args);
+      INFO(c.dump());
+      CHECK(v.exit_code == 0);
+    }
+  }
+}
+
+TEST_CASE("plan: 1024 GPUs searched in under 2 seconds - a table by default", "[estimate][plan]") {
+  const std::string path = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3-70b.json";
+  const auto json_run = run_trainer_cmd({"plan", path, "--gpus", "1024", "--json"});
+  REQUIRE(json_run.exit_code == 0);
+  const auto doc = json::parse(json_run.out);
+  CHECK(doc["search_seconds"].get<double>() < 2.0);
+  CHECK(doc["configurations"].size() == 10);
+  const auto text = run_trainer_cmd({"plan", path, "--gpus", "1024", "--top", "3"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("#1 as overrides:") != std::string::npos);
+  CHECK(run_trainer_cmd({"plan", path, "--gpus", "1024", "--gpu", "nope"}).exit_code == 2);
+}
