@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_export.h"
 #include "commands.h"
 #include "metrics/human_format.h"
 
@@ -51,7 +52,11 @@ CommandAction add_ckpt_command(CLI::App& parent) {
   export_hf->add_option("--hf", options->hf_out, "Output directory")->required();
   return [inspect_cmd, options] {
     if (inspect_cmd->parsed()) return inspect(*options);
-    return not_available("ckpt export", "Hugging Face export is delivered with the checkpoint work item");
+    const checkpoint::LoadedCheckpoint loaded(options->dir);
+    const int files = checkpoint::export_hf(loaded, options->hf_out);
+    std::printf("exported step %lld of %s to %s: config.json and %d safetensors file(s)\n", (long long)loaded.step(),
+                loaded.path().c_str(), options->hf_out.c_str(), files);
+    return 0;
   };
 }
 

@@ -17,7 +17,4 @@ CommandAction add_ckpt_command(CLI::App& parent);
 // --set KEY=VALUE, repeatable; shared by the subcommands that read a recipe.
 void add_set_option(CLI::App& command, std::vector<std::string>& overrides);
 
-// Printed by subcommands that a later release delivers; exit code 2 (nothing was started).
-int not_available(const std::string& command, const std::string& what);
-
 }  // namespace trainer::app

@@ -14,9 +14,4 @@ void add_set_option(CLI::App& command, std::vector<std::string>& overrides) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
-int not_available(const std::string& command, const std::string& what) {
-  std::fputs(fmt::format("trainer {}: not available yet in this build; {}\n", command, what).c_str(), stderr);
-  return kExitUsageError;
-}
-
 }  // namespace trainer::app

@@ -16,6 +16,10 @@ PIP_PACKAGES=(
 CMAKE_PIP_PACKAGE="cmake==4.4.4"
 CMAKE_MIN_VERSION="3.27"
 
+# Installed by the Hugging Face interchange test itself (with dependencies) into the same Python
+# environment as torch: the reference implementation trainer's exported weights are checked against.
+TEST_PIP_PACKAGES=("transformers==5.23.0")
+
 # Debian 12 packages: compilers' companions and header-only libraries.
 #   libgloo-dev: headers of the Gloo library whose code is compiled into libtorch_cpu (the wheel
 #   ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes).

@@ -30,6 +30,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::optional<std::string> hf_config;
+  std::optional<std::string> init_from;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

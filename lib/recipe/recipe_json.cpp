@@ -57,6 +57,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   Recipe r;
   auto& m = r.model;
   m.hf_config = get_optional<std::string>(d, "model.hf_config");
+  m.init_from = get_optional<std::string>(d, "model.init_from");
   m.vocab_size = get_int(d, "model.vocab_size");
   m.hidden_size = get_int(d, "model.hidden_size");
   m.intermediate_size = get_int(d, "model.intermediate_size");
@@ -165,6 +166,7 @@ json recipe_to_json(const Recipe& r) {
   const auto& m = r.model;
   json model = {
       {"hf_config", optional_json(m.hf_config)},
+      {"init_from", optional_json(m.init_from)},
       {"vocab_size", m.vocab_size},
       {"hidden_size", m.hidden_size},
       {"intermediate_size", m.intermediate_size},

@@ -67,6 +67,9 @@ std::vector<KeySpec> build_schema() {
   s.push_back(key("model.hf_config", K::String, nullptr,
                   "Path of a local Hugging Face config.json (or its directory) to read the model from; "
                   "fields given in the recipe override it. Relative paths are relative to the recipe file."));
+  s.push_back(key("model.init_from", K::String, nullptr,
+                  "Directory of Hugging Face weights (model.safetensors or an index with shards) to start from "
+                  "instead of random initialisation; a checkpoint to resume from takes precedence."));
   s.push_back(at_least(required("model.vocab_size", K::Integer, "Vocabulary size."), 1));
   s.push_back(at_least(required("model.hidden_size", K::Integer, "Width of the residual stream."), 1));
   s.push_back(at_least(required("model.intermediate_size", K::Integer, "Width of the dense SwiGLU MLP."), 1));

@@ -50,15 +50,6 @@ TEST_CASE("usage errors exit 2", "[cli]") {
   CHECK(run_trainer({"plan", kTiny}).exit_code == 2);  // --gpus is required
 }
 
-TEST_CASE("subcommands of later work say so and exit 2 without output on stdout", "[cli]") {
-  for (const auto& args : std::vector<std::vector<std::string>>{{"ckpt", "export", "/tmp", "--hf", "/tmp/x"}}) {
-    const auto r = run_trainer(args);
-    INFO(args[0] << ": " << r.err);
-    CHECK(r.exit_code == 2);
-    CHECK(r.out.empty());
-    CHECK(r.err.find("not available yet") != std::string::npos);
-  }
-}
 
 TEST_CASE("validate prints the resolved recipe as JSON", "[cli]") {
   const auto r = run_trainer({"validate", kTiny, "--set", "training.steps=17", "--json"});

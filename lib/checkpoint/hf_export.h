@@ -1,0 +1,29 @@
+#pragma once
+// Hugging Face interchange. Export writes what `transformers` loads with AutoModelForCausalLM:
+// config.json (LlamaForCausalLM, or MixtralForCausalLM for MoE models) and the weights as
+// safetensors under their Hugging Face names (trainer already uses them), in files of at most
+// `max_shard_bytes` with model.safetensors.index.json when there is more than one.
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "recipe/recipe.h"
+
+namespace trainer::checkpoint {
+
+// The config.json of a model. UserError for models transformers' Llama/Mixtral cannot express
+// (shared experts, MoE on only some layers, a capacity factor).
+nlohmann::json hf_config_json(const recipe::ModelConfig& model, const std::string& dtype);
+
+// Writes config.json and the weights of `loaded` (a committed checkpoint) into `out_dir`.
+// Returns the number of weight files written.
+int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64_t max_shard_bytes = 5ull << 30);
+
+// Reads Hugging Face weights from a directory (model.safetensors, or an index and its shards):
+// calls `take(name, tensor)` for every tensor. UserError naming the file when it is missing or damaged.
+void read_hf_weights(const std::string& dir, const std::function<void(const std::string&, const at::Tensor&)>& take);
+
+}  // namespace trainer::checkpoint

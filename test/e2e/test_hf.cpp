@@ -1,0 +1,106 @@
+// Hugging Face interchange: `trainer ckpt export` gives weights that transformers loads with
+// AutoModelForCausalLM and that produce the same logits as trainer on the same tokens (fp32,
+// tolerance 1e-4 absolute on logits, 1e-5 on the loss); a run started from them with
+// model.init_from has the same loss as transformers. The test installs transformers from PyPI
+// into the Python environment that holds torch (third_party/pins.sh, TEST_PIP_PACKAGES).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "jsonl.h"
+#include "process.h"
+
+using namespace trainer::test;
+
+namespace {
+
+std::string python() { return TRAINER_PYTHON; }
+
+void install_transformers() {
+  static bool done = false;
+  if (done) return;
+  const auto r = run_process({"/bin/bash", "-c",
+                              "source " + source_dir() + "/third_party/pins.sh && " + python() +
+                                  " -m pip install -q --disable-pip-version-check \"${TEST_PIP_PACKAGES[@]}\""},
+                             900);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  done = true;
+}
+
+double loss_of(const std::string& out) {
+  const auto at = out.find("loss ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(out.substr(at + 5));
+}
+
+void check_round_trip(const std::string& recipe, const std::vector<std::string>& sets) {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck", hf = dir.path() + "/hf";
+  std::vector<std::string> train = {trainer_binary(), "run", recipe, "--set", "training.steps=3", "--set",
+                                    "optimizer.warmup_steps=1", "--set", "checkpoint.dir=" + ck};
+  for (const auto& s : sets) train.insert(train.end(), {"--set", s});
+  REQUIRE(run_process(train, 300, {"OMP_NUM_THREADS=1"}).exit_code == 0);
+  const auto exported = run_process({trainer_binary(), "ckpt", "export", ck, "--hf", hf});
+  INFO(exported.err);
+  REQUIRE(exported.exit_code == 0);
+  REQUIRE(std::filesystem::exists(hf + "/config.json"));
+  // Write the overrides into a recipe the tool can read.
+  std::string recipe_with_sets = dir.path() + "/recipe.json";
+  {
+    std::vector<std::string> argv = {trainer_binary(), "validate", recipe};
+    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+    const auto v = run_process(argv);
+    REQUIRE(v.exit_code == 0);
+    dir.write("recipe.json", v.out);
+  }
+  const std::string tool = std::string(TRAINER_BINARY_DIR) + "/hf_logits_tool";
+  const auto ours = run_process({tool, recipe_with_sets, "--checkpoint", ck, "4", dir.path() + "/ours.safetensors"});
+  INFO(ours.out << ours.err);
+  REQUIRE(ours.exit_code == 0);
+  const auto compare = run_process({python(), source_dir() + "/test/e2e/hf_compare.py", hf, dir.path() + "/ours.safetensors"}, 300);
+  INFO(compare.out << compare.err);
+  CHECK(compare.exit_code == 0);
+  CHECK(compare.out.find("max |logits difference|") != std::string::npos);
+  WARN(compare.out);  // the measured difference, for the record
+
+  // Start a run from the exported weights: its first loss is the loss of those weights on the
+  // first global batch, which transformers computes too.
+  const auto from_hf = run_process({tool, recipe_with_sets, "--hf", hf, "16", dir.path() + "/hf16.safetensors"});
+  REQUIRE(from_hf.exit_code == 0);
+  const auto hf_compare16 =
+      run_process({python(), source_dir() + "/test/e2e/hf_compare.py", hf, dir.path() + "/hf16.safetensors"}, 300);
+  INFO(hf_compare16.out << hf_compare16.err);
+  CHECK(hf_compare16.exit_code == 0);
+  std::vector<std::string> init = {trainer_binary(), "run", recipe, "--set", "training.steps=1", "--set",
+                                   "optimizer.warmup_steps=1", "--set", "model.init_from=" + hf, "--set",
+                                   "logging.metrics_file=" + dir.path() + "/init.jsonl"};
+  for (const auto& s : sets) init.insert(init.end(), {"--set", s});
+  const auto started = run_process(init, 300, {"OMP_NUM_THREADS=1"});
+  INFO(started.out << started.err);
+  REQUIRE(started.exit_code == 0);
+  CHECK(started.out.find("initialised") != std::string::npos);
+  const double first_loss = read_jsonl(dir.path() + "/init.jsonl").front()["loss"];
+  CHECK(first_loss == Approx(loss_of(from_hf.out)).epsilon(1e-6));
+}
+
+}  // namespace
+
+TEST_CASE("hf: exported Llama weights give trainer's logits in transformers - init_from gives its loss", "[hf]") {
+  install_transformers();
+  check_round_trip(source_dir() + "/recipes/tiny-llama.json", {"model.num_hidden_layers=2"});
+}
+
+TEST_CASE("hf: exported Mixtral-style MoE weights give trainer's logits in transformers", "[hf]") {
+  install_transformers();
+  check_round_trip(source_dir() + "/recipes/tiny-moe.json", {"model.num_hidden_layers=2"});
+}
+
+TEST_CASE("hf: init_from without weights is an error naming the directory", "[hf]") {
+  TempDir dir;
+  const auto r = run_process({trainer_binary(), "run", source_dir() + "/recipes/tiny-llama.json", "--set",
+                              "model.init_from=" + dir.path()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(dir.path() + ": no model.safetensors") != std::string::npos);
+}
