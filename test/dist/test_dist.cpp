@@ -162,3 +162,35 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   REQUIRE(b.size() == 20);
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
+
+TEST_CASE("dist: a checkpoint saved at DP=2 with ZeRO-1 resumes at DP=1 and at DP=4 with ZeRO-0", "[dist]") {
+  TempDir dir;
+  const std::string trainer = trainer_binary() + " run " + kTiny;
+  const std::string ck = dir.path() + "/ck";
+  // The uninterrupted run, checkpointing every 5 steps (all kept).
+  const auto full = bash(trainer + " --nproc-per-node 2 --set parallel.zero=1 --set checkpoint.dir=" + ck +
+                         " --set checkpoint.interval=5 --set checkpoint.keep=0" + common_sets(dir.path() + "/full.jsonl"));
+  INFO(full.out << full.err);
+  REQUIRE(full.exit_code == 0);
+  const auto reference = read_jsonl(dir.path() + "/full.jsonl");
+  REQUIRE(reference.size() == 20);
+  for (const auto& [nproc, zero] : std::vector<std::pair<int, int>>{{1, 0}, {4, 0}, {4, 1}}) {
+    const std::string file = dir.path() + "/resumed-" + std::to_string(nproc) + "-" + std::to_string(zero) + ".jsonl";
+    const auto r = bash(trainer + " --nproc-per-node " + std::to_string(nproc) + " --set parallel.zero=" +
+                        std::to_string(zero) + " --set checkpoint.resume=" + ck + "/step-00000010" +
+                        common_sets(file));
+    INFO("dp " << nproc << " zero " << zero << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("resumed from " + ck + "/step-00000010 at step 10 (160 samples consumed)") != std::string::npos);
+    const auto resumed = read_jsonl(file);
+    REQUIRE(resumed.size() == 10);
+    double worst = 0;
+    for (size_t i = 0; i < 10; ++i) {
+      CHECK(resumed[i]["step"] == reference[10 + i]["step"]);
+      const double a = reference[10 + i]["loss"], b = resumed[i]["loss"];
+      worst = std::max(worst, std::fabs(a - b) / a);
+    }
+    WARN("dp " << nproc << " zero " << zero << ": largest relative loss difference after resharding: " << worst);
+    CHECK(worst < 1e-5);
+  }
+}
