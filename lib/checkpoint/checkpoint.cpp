@@ -100,8 +100,7 @@ std::string write_and_commit(const std::string& dir, const CheckpointContent& co
                        {"global_shape", t.global_shape},
                        {"shards", {{{"file", shard_file}, {"offsets", t.offsets}, {"shape", t.tensor.sizes().vec()}}}}};
   }
-  write_safetensors((tmp_dir / shard_file).string(), entries, {{"format", "trainer"}});
-  const FileChecksum sum = checksum_file((tmp_dir / shard_file).string());
+  const FileChecksum sum = write_safetensors((tmp_dir / shard_file).string(), entries, {{"format", "trainer"}});
   const nlohmann::json manifest = {{"format", "trainer-checkpoint"},
                                    {"version", 1},
                                    {"step", content.step},

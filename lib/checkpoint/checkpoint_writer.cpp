@@ -35,8 +35,9 @@ std::string CheckpointWriter::wait() {
 void CheckpointWriter::save(CheckpointContent content) {
   const auto start = std::chrono::steady_clock::now();
   wait();  // one save in flight at a time
-  // The snapshot: host copies that training cannot change.
-  for (auto& t : content.tensors) t.tensor = t.tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  // The snapshot: host copies that training cannot change. A synchronous save writes before
+  // training goes on, so host tensors need no copy then.
+  for (auto& t : content.tensors) t.tensor = t.tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/async_);
   const std::string dir = dir_;
   const int64_t keep = keep_;
   auto write = [dir, keep, content = std::move(content)]() { return save_checkpoint(dir, content, keep); };

@@ -40,8 +40,8 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
-                       const std::map<std::string, std::string>& metadata) {
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> cpu;
@@ -60,16 +60,23 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   const uint64_t length = text.size();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  FileChecksum sum;
+  auto write_counted = [&](const void* data, size_t size) {
+    write_all(fd, data, size, path);
+    sum.crc32 = crc32_update(sum.crc32, data, size);
+    sum.bytes += size;
+  };
   try {
-    write_all(fd, &length, 8, path);  // little-endian hosts only (x86-64, aarch64)
-    write_all(fd, text.data(), text.size(), path);
-    for (const auto& t : cpu) write_all(fd, t.data_ptr(), t.nbytes(), path);
+    write_counted(&length, 8);  // little-endian hosts only (x86-64, aarch64)
+    write_counted(text.data(), text.size());
+    for (const auto& t : cpu) write_counted(t.data_ptr(), t.nbytes());
     if (::fsync(fd) != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
   } catch (...) {
     ::close(fd);
     throw;
   }
   if (::close(fd) != 0) throw std::runtime_error(fmt::format("{}: close failed: {}", path, std::strerror(errno)));
+  return sum;
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32.h"
+
 namespace trainer::checkpoint {
 
 struct SafetensorsEntry {
@@ -15,9 +17,10 @@ struct SafetensorsEntry {
   at::Tensor tensor;  // any device; written as its bytes
 };
 
-// Writes the file and fsyncs it. Throws std::runtime_error naming the file on I/O failure.
-void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
-                       const std::map<std::string, std::string>& metadata = {});
+// Writes the file and fsyncs it; returns its size and CRC-32, computed while writing (no second
+// read). Throws std::runtime_error naming the file on I/O failure.
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                               const std::map<std::string, std::string>& metadata = {});
 
 class SafetensorsReader {
  public:
