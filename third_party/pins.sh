@@ -16,9 +16,12 @@ PIP_PACKAGES=(
 CMAKE_PIP_PACKAGE="cmake==4.4.4"
 CMAKE_MIN_VERSION="3.27"
 
+# torch's own Python dependencies (its METADATA), needed only where Python imports torch: the
+# benchmark's PyTorch reference and the Hugging Face test. The C++ build never imports torch.
+TORCH_PYTHON_DEPS=("typing-extensions>=4.10.0" "sympy>=1.13.3" "networkx>=2.5.1" "jinja2" "fsspec>=0.8.5" "filelock")
 # Installed by the Hugging Face interchange test itself (with dependencies) into the same Python
 # environment as torch: the reference implementation trainer's exported weights are checked against.
-TEST_PIP_PACKAGES=("transformers==5.23.0")
+TEST_PIP_PACKAGES=("transformers==5.23.0" "${TORCH_PYTHON_DEPS[@]}")
 
 # Debian 12 packages: compilers' companions and header-only libraries.
 #   libgloo-dev: headers of the Gloo library whose code is compiled into libtorch_cpu (the wheel
