@@ -57,6 +57,7 @@ cleanup() {
   done
 }
 trap cleanup EXIT
+trap "exit 124" INT TERM  # run the EXIT trap on a signal too (a timeout must not leave daemons behind)
 
 slurmctld -f "$SLURM_CONF" -i
 slurmd -f "$SLURM_CONF"

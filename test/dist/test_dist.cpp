@@ -152,7 +152,8 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny;
   REQUIRE(bash(trainer + common_sets(dir.path() + "/single.jsonl")).exit_code == 0);
-  const auto r = bash(std::string(TRAINER_SOURCE_DIR) + "/test/dist/slurm_cluster.sh " + dir.path() +
+  // timeout sends SIGTERM first, so the script stops its daemons even when srun hangs.
+  const auto r = bash("timeout 240 " + std::string(TRAINER_SOURCE_DIR) + "/test/dist/slurm_cluster.sh " + dir.path() +
                       "/slurm srun -n 2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer +
                       common_sets(dir.path() + "/srun.jsonl"));
   INFO(r.out << r.err);
