@@ -136,7 +136,7 @@ CommandAction add_run_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber);
   command->add_flag("--dry-run", options->dry_run, "Predict memory and step time (same as `trainer estimate`)");
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
-  return [options, &parent] {
+  return [options] {
     // The workers get the same command line minus --nproc-per-node.
     options->argv = {"trainer", "run", options->recipe_path};
     for (const auto& o : options->overrides) {

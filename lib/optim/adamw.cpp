@@ -80,9 +80,13 @@ at::Tensor global_grad_norm(const std::deque<model::Parameter>& params) {
   return at::stack(norms).norm();
 }
 
+double clip_coefficient(double max_norm, double norm) {
+  return max_norm <= 0 || norm <= max_norm ? 1.0 : max_norm / (norm + 1e-6);
+}
+
 double clip_gradients(std::deque<model::Parameter>& params, double max_norm, double norm) {
-  if (max_norm <= 0 || norm <= max_norm) return 1.0;
-  const double coefficient = max_norm / (norm + 1e-6);
+  const double coefficient = clip_coefficient(max_norm, norm);
+  if (coefficient == 1.0) return 1.0;
   at::NoGradGuard no_grad;
   for (auto& p : params)
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(coefficient);

@@ -51,8 +51,11 @@ class AdamW {
 // count as zero.
 at::Tensor global_grad_norm(const std::deque<model::Parameter>& params);
 
-// Scales gradients so their global norm is at most max_norm (no-op when max_norm <= 0 or the norm
-// is below it). Returns the coefficient applied.
+// The factor that brings a gradient norm down to max_norm: 1 when max_norm <= 0 (no clipping) or
+// the norm is already below it.
+double clip_coefficient(double max_norm, double norm);
+
+// Scales gradients by clip_coefficient(max_norm, norm). Returns the coefficient applied.
 double clip_gradients(std::deque<model::Parameter>& params, double max_norm, double norm);
 
 }  // namespace trainer::optim

@@ -77,33 +77,32 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
 
 LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
   const GetEnv env = getenv_in ? getenv_in : GetEnv([](const char* n) { return std::getenv(n); });
+  // The launchers we know, in precedence order, and the variables each sets.
+  struct Launcher {
+    const char *name, *rank, *size, *local_rank, *local_size;
+  };
+  static const Launcher kLaunchers[] = {
+      {"env", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+      // SLURM_TASKS_PER_NODE is "2" or "2(x3),1": its first number is the first node's count,
+      // good enough to tell a one-node job (local == world) from a multi-node one.
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE"},
+  };
   LaunchEnvironment e;
-  std::string rank_var, size_var;
-  if (has(env, "RANK") && has(env, "WORLD_SIZE")) {
-    e.launcher = "env";
-    rank_var = "RANK", size_var = "WORLD_SIZE";
-    e.local_rank = has(env, "LOCAL_RANK") ? parse_int(env, "LOCAL_RANK") : 0;
-    e.local_world_size = has(env, "LOCAL_WORLD_SIZE") ? parse_int(env, "LOCAL_WORLD_SIZE") : 1;
-  } else if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
-    e.launcher = "openmpi";
-    rank_var = "OMPI_COMM_WORLD_RANK", size_var = "OMPI_COMM_WORLD_SIZE";
-    e.local_rank = has(env, "OMPI_COMM_WORLD_LOCAL_RANK") ? parse_int(env, "OMPI_COMM_WORLD_LOCAL_RANK") : 0;
-    e.local_world_size = has(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ? parse_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") : 1;
-  } else if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
-    e.launcher = "pmi";
-    rank_var = "PMI_RANK", size_var = "PMI_SIZE";
-    e.local_rank = has(env, "MPI_LOCALRANKID") ? parse_int(env, "MPI_LOCALRANKID") : 0;
-    e.local_world_size = has(env, "MPI_LOCALNRANKS") ? parse_int(env, "MPI_LOCALNRANKS") : 1;
-  } else if (has(env, "SLURM_PROCID") && has(env, "SLURM_NTASKS")) {
-    e.launcher = "slurm";
-    rank_var = "SLURM_PROCID", size_var = "SLURM_NTASKS";
-    e.local_rank = has(env, "SLURM_LOCALID") ? parse_int(env, "SLURM_LOCALID") : 0;
-    // SLURM_TASKS_PER_NODE is "2" or "2(x3),1": this node's count is the first number for the
-    // first node; good enough to tell a one-node job (local == world) from a multi-node one.
-    e.local_world_size = has(env, "SLURM_TASKS_PER_NODE") ? std::atoll(env("SLURM_TASKS_PER_NODE")) : 1;
-  } else {
-    return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
-  }
+  const Launcher* found = nullptr;
+  for (const auto& launcher : kLaunchers)
+    if (has(env, launcher.rank) && has(env, launcher.size)) {
+      found = &launcher;
+      break;
+    }
+  if (!found) return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
+  e.launcher = found->name;
+  const std::string rank_var = found->rank, size_var = found->size;
+  e.local_rank = has(env, found->local_rank) ? parse_int(env, found->local_rank) : 0;
+  if (has(env, found->local_size))
+    e.local_world_size = e.launcher == "slurm" ? std::atoll(env(found->local_size)) : parse_int(env, found->local_size);
   e.rank = parse_int(env, rank_var.c_str());
   e.world_size = parse_int(env, size_var.c_str());
   if (e.world_size < 1 || e.rank < 0 || e.rank >= e.world_size)

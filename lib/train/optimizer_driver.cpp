@@ -47,11 +47,12 @@ double OptimizerDriver::grad_norm() {
 }
 
 void OptimizerDriver::clip(double max_norm, double norm) {
-  if (max_norm <= 0 || norm <= max_norm) return;
-  if (zero1_)
-    zero1_->scale_gradients(max_norm / (norm + 1e-6));
-  else
+  if (!zero1_) {
     optim::clip_gradients(model_.parameters().all(), max_norm, norm);
+    return;
+  }
+  const double coefficient = optim::clip_coefficient(max_norm, norm);
+  if (coefficient != 1.0) zero1_->scale_gradients(coefficient);
 }
 
 void OptimizerDriver::step(double lr) {

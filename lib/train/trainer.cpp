@@ -8,16 +8,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <ATen/core/grad_mode.h>
 
 #include <chrono>
-#include <map>
 #include <cmath>
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
-#include "checkpoint/hf_export.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "estimate/estimate.h"
@@ -49,28 +46,6 @@ std::string first_non_finite_gradient(model::Transformer& model) {
     if (g.defined() && !at::isfinite(g).all().item<bool>()) return p.name;
   }
   return "none on this rank";
-}
-
-// Copies every parameter's slice from Hugging Face weights; a missing tensor or another shape is a
-// UserError naming the directory and the tensor.
-int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
-  std::map<std::string, at::Tensor> weights;
-  checkpoint::read_hf_weights(dir, [&](const std::string& name, const at::Tensor& t) { weights[name] = t; });
-  at::NoGradGuard no_grad;
-  int64_t count = 0;
-  for (auto& p : model.parameters().all()) {
-    auto it = weights.find(p.name);
-    if (it == weights.end()) throw UserError(fmt::format("{}: no tensor {} in the Hugging Face weights", dir, p.name));
-    if (it->second.sizes().vec() != p.global_shape)
-      throw UserError(fmt::format("{}: {} has shape [{}] but the recipe's model needs [{}]", dir, p.name,
-                                  fmt::join(it->second.sizes().vec(), ", "), fmt::join(p.global_shape, ", ")));
-    at::Tensor slice = it->second;
-    const auto offsets = p.offsets();
-    for (size_t d = 0; d < offsets.size(); ++d) slice = slice.narrow(int64_t(d), offsets[d], p.tensor.size(int64_t(d)));
-    p.tensor.detach().copy_(slice);
-    ++count;
-  }
-  return count;
 }
 
 std::optional<std::string> resume_path(const recipe::Recipe& r) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "checkpoint/hf_export.h"
 #include "core/error.h"
 
 namespace trainer::train {
@@ -51,6 +52,26 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
     generator.set_state(loaded.read("rng.cpu"));
   }
   return Progress{loaded.step(), loaded.consumed_samples()};
+}
+
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
+  std::map<std::string, at::Tensor> weights;
+  checkpoint::read_hf_weights(dir, [&](const std::string& name, const at::Tensor& t) { weights[name] = t; });
+  at::NoGradGuard no_grad;
+  int64_t count = 0;
+  for (auto& p : model.parameters().all()) {
+    auto it = weights.find(p.name);
+    if (it == weights.end()) throw UserError(fmt::format("{}: no tensor {} in the Hugging Face weights", dir, p.name));
+    if (it->second.sizes().vec() != p.global_shape)
+      throw UserError(fmt::format("{}: {} has shape [{}] but the recipe's model needs [{}]", dir, p.name,
+                                  fmt::join(it->second.sizes().vec(), ", "), fmt::join(p.global_shape, ", ")));
+    at::Tensor slice = it->second;
+    const auto offsets = p.offsets();
+    for (size_t d = 0; d < offsets.size(); ++d) slice = slice.narrow(int64_t(d), offsets[d], p.tensor.size(int64_t(d)));
+    p.tensor.detach().copy_(slice);
+    ++count;
+  }
+  return count;
 }
 
 std::map<std::string, at::Tensor> read_optimizer_state(const checkpoint::LoadedCheckpoint& loaded) {

@@ -27,6 +27,11 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
 // A tensor missing from the checkpoint or of another global shape is a UserError naming both.
 Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model);
 
+// Initialises the parameters (this rank's slices) from Hugging Face weights in `dir`
+// (model.init_from); returns how many were loaded. A missing tensor or another shape is a
+// UserError naming the directory and the tensor.
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model);
+
 // The optimizer tensors of the checkpoint whose names start with "optimizer.", whole.
 std::map<std::string, at::Tensor> read_optimizer_state(const checkpoint::LoadedCheckpoint& loaded);
 

@@ -11,12 +11,12 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_export.h"
 #include "checkpoint/safetensors.h"
 #include "data/dataset.h"
 #include "model/transformer.h"
 #include "recipe/load.h"
 #include "train/batch.h"
+#include "train/training_state.h"
 
 using namespace trainer;
 
@@ -40,9 +40,7 @@ int main(int argc, char** argv) {
       const checkpoint::LoadedCheckpoint ck(dir);
       for (auto& p : model.parameters().all()) p.tensor.detach().copy_(ck.read(p.name));
     } else {
-      std::map<std::string, at::Tensor> weights;
-      checkpoint::read_hf_weights(dir, [&](const std::string& n, const at::Tensor& t) { weights[n] = t; });
-      for (auto& p : model.parameters().all()) p.tensor.detach().copy_(weights.at(p.name));
+      train::load_hf_weights(dir, model);  // what model.init_from does
     }
     const auto dataset = data::open_dataset(loaded.recipe);
     const int64_t seq = loaded.recipe.training.seq_len;
