@@ -28,7 +28,7 @@ TEST_PIP_PACKAGES=("transformers==5.23.0" "${TORCH_PYTHON_DEPS[@]}")
 #   ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes).
 APT_PACKAGES=(
   build-essential ninja-build ccache git python3-venv
-  libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev zlib1g-dev
   openmpi-bin libopenmpi-dev procps
   slurm-wlm munge
 )

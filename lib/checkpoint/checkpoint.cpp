@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -65,42 +66,95 @@ std::vector<fs::path> committed_steps(const fs::path& dir) {
 
 }  // namespace
 
-namespace {
-std::string write_and_commit(const std::string& dir, const CheckpointContent& content, int64_t keep);
+TensorRecord TensorRecord::whole(std::string name, at::Tensor tensor) {
+  auto shape = tensor.sizes().vec();
+  return slice(std::move(name), std::move(tensor), shape, std::vector<int64_t>(shape.size(), 0));
 }
 
-std::string save_checkpoint(const std::string& dir, const CheckpointContent& content, int64_t keep) {
-  try {
-    return write_and_commit(dir, content, keep);
-  } catch (...) {
-    // Leave no half-written directory behind; committed checkpoints and `latest` are untouched.
-    try {
-      remove_tree((fs::path(dir) / (step_name(content.step) + ".tmp")).string());
-    } catch (...) {
-    }
-    throw;
-  }
+TensorRecord TensorRecord::slice(std::string name, at::Tensor tensor, std::vector<int64_t> global_shape,
+                                 std::vector<int64_t> offsets) {
+  TensorRecord r;
+  r.name = std::move(name);
+  r.slice_shape = tensor.sizes().vec();
+  r.tensor = std::move(tensor);
+  r.global_shape = std::move(global_shape);
+  r.offsets = std::move(offsets);
+  return r;
 }
 
-namespace {
-std::string write_and_commit(const std::string& dir, const CheckpointContent& content, int64_t keep) {
-  const fs::path root(dir);
-  fs::create_directories(root);
-  const fs::path final_dir = root / step_name(content.step);
-  const fs::path tmp_dir = root / (step_name(content.step) + ".tmp");
-  remove_tree(tmp_dir.string());
-  fs::create_directories(tmp_dir);
+TensorRecord TensorRecord::flat(std::string name, at::Tensor data, std::vector<int64_t> global_shape,
+                                std::vector<int64_t> offsets, std::vector<int64_t> slice_shape, int64_t begin) {
+  TensorRecord r;
+  r.name = std::move(name);
+  r.flat_range = std::make_pair(begin, begin + data.numel());
+  r.tensor = data.reshape({-1});
+  r.global_shape = std::move(global_shape);
+  r.offsets = std::move(offsets);
+  r.slice_shape = std::move(slice_shape);
+  return r;
+}
 
-  const std::string shard_file = "shard-00000.safetensors";
+std::string step_directory_name(int64_t step) { return step_name(step); }
+
+nlohmann::json write_rank_shard(const std::string& dir, int64_t step, int64_t rank,
+                                const std::vector<TensorRecord>& records, FileWriter* writer) {
+  nlohmann::json report = {{"file", nullptr}, {"tensors", nlohmann::json::object()}};
+  if (records.empty()) return report;
+  const fs::path staging = fs::path(dir) / (step_name(step) + ".tmp");
+  fs::create_directories(staging);  // every rank may be first; a stale file of the same name is truncated
+  const std::string file = fmt::format("shard-{:05d}.safetensors", rank);
   std::vector<SafetensorsEntry> entries;
-  nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& t : content.tensors) {
-    entries.push_back({t.name, t.tensor});
-    tensors[t.name] = {{"dtype", std::string(c10::toString(t.tensor.scalar_type()))},
-                       {"global_shape", t.global_shape},
-                       {"shards", {{{"file", shard_file}, {"offsets", t.offsets}, {"shape", t.tensor.sizes().vec()}}}}};
+  std::map<std::string, int> uses;  // a name may have several pieces in one file: keys "name", "name#1", ...
+  for (const auto& t : records) {
+    const int n = uses[t.name]++;
+    const std::string key = n == 0 ? t.name : fmt::format("{}#{}", t.name, n);
+    entries.push_back({key, t.tensor});
+    nlohmann::json shard = {{"file", file}, {"offsets", t.offsets}, {"shape", t.slice_shape}};
+    if (key != t.name) shard["key"] = key;
+    if (t.flat_range) shard["flat_range"] = {t.flat_range->first, t.flat_range->second};
+    auto& entry = report["tensors"][t.name];
+    if (entry.is_null())
+      entry = {{"dtype", std::string(c10::toString(t.tensor.scalar_type()))},
+               {"global_shape", t.global_shape},
+               {"shards", nlohmann::json::array()}};
+    entry["shards"].push_back(shard);
   }
-  const FileChecksum sum = write_safetensors((tmp_dir / shard_file).string(), entries, {{"format", "trainer"}});
+  const FileChecksum sum =
+      write_safetensors((staging / file).string(), entries, {{"format", "trainer"}, {"rank", std::to_string(rank)}}, writer);
+  report["file"] = {{"name", file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}};
+  return report;
+}
+
+std::string commit_checkpoint(const std::string& dir, const CheckpointContent& content,
+                              const std::vector<nlohmann::json>& reports) {
+  const fs::path root(dir);
+  const fs::path final_dir = root / step_name(content.step);
+  const fs::path staging = root / (step_name(content.step) + ".tmp");
+  fs::create_directories(staging);
+  nlohmann::json files = nlohmann::json::array();
+  nlohmann::json tensors = nlohmann::json::object();
+  std::set<std::string> listed = {"manifest.json"};
+  for (const auto& report : reports) {
+    if (!report.at("file").is_null()) {
+      files.push_back(report.at("file"));
+      listed.insert(report.at("file").at("name").get<std::string>());
+    }
+    for (const auto& [name, entry] : report.at("tensors").items()) {
+      auto& merged = tensors[name];
+      if (merged.is_null()) {
+        merged = entry;
+        continue;
+      }
+      if (merged.at("dtype") != entry.at("dtype") || merged.at("global_shape") != entry.at("global_shape"))
+        throw std::runtime_error(fmt::format("checkpoint of step {}: ranks disagree on the dtype or global shape of {}",
+                                             content.step, name));
+      for (const auto& shard : entry.at("shards")) merged["shards"].push_back(shard);
+    }
+  }
+  // Files an earlier, interrupted save of this step left behind are not part of this checkpoint.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(staging, ec))
+    if (!listed.count(entry.path().filename().string())) remove_tree(entry.path().string());
   const nlohmann::json manifest = {{"format", "trainer-checkpoint"},
                                    {"version", 1},
                                    {"step", content.step},
@@ -108,24 +162,44 @@ std::string write_and_commit(const std::string& dir, const CheckpointContent& co
                                    {"recipe", content.recipe},
                                    {"mesh", content.mesh},
                                    {"extra", content.extra},
-                                   {"files", {{{"name", shard_file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}}}},
+                                   {"files", files},
                                    {"tensors", tensors}};
-  write_text_durably(tmp_dir / "manifest.json", manifest.dump(1));
+  write_text_durably(staging / "manifest.json", manifest.dump(1));
   remove_tree(final_dir.string());  // a committed checkpoint of the same step (re-run after resume)
-  fs::rename(tmp_dir, final_dir);
+  fs::rename(staging, final_dir);
   fsync_path(root);
   write_text_durably(root / "latest", step_name(content.step) + "\n");
-
-  if (keep > 0) {
-    auto steps = committed_steps(root);
-    while (static_cast<int64_t>(steps.size()) > keep) {
-      if (steps.front() != final_dir) remove_tree(steps.front().string());
-      steps.erase(steps.begin());
-    }
-  }
   return final_dir.string();
 }
-}  // namespace
+
+void discard_staging(const std::string& dir, int64_t step) {
+  remove_tree((fs::path(dir) / (step_name(step) + ".tmp")).string());
+}
+
+void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect) {
+  if (keep <= 0) return;
+  auto steps = committed_steps(fs::path(dir));
+  while (static_cast<int64_t>(steps.size()) > keep) {
+    if (fs::path(protect) != steps.front()) remove_tree(steps.front().string());
+    steps.erase(steps.begin());
+  }
+}
+
+std::string save_checkpoint(const std::string& dir, const CheckpointContent& content, int64_t keep) {
+  try {
+    const nlohmann::json report = write_rank_shard(dir, content.step, 0, content.tensors);
+    const std::string committed = commit_checkpoint(dir, content, {report});
+    prune_checkpoints(dir, keep, committed);
+    return committed;
+  } catch (...) {
+    // Leave no half-written directory behind; committed checkpoints and `latest` are untouched.
+    try {
+      discard_staging(dir, content.step);
+    } catch (...) {
+    }
+    throw;
+  }
+}
 
 std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   const fs::path root(dir);
@@ -180,38 +254,72 @@ at::Tensor LoadedCheckpoint::read(const std::string& name) const {
   return read(name, std::vector<int64_t>(global_shape(name).size(), 0), global_shape(name));
 }
 
+const SafetensorsReader& LoadedCheckpoint::reader(const std::string& file, const std::string& tensor) const {
+  for (const auto& s : shards_)
+    if (fs::path(s->path()).filename() == file) return *s;
+  throw UserError(fmt::format("{}: shard file {} of {} is not listed in the manifest", path_, file, tensor));
+}
+
 at::Tensor LoadedCheckpoint::read(const std::string& name, const std::vector<int64_t>& offsets,
                                   const std::vector<int64_t>& shape) const {
   if (!contains(name)) throw UserError(fmt::format("{}: checkpoint has no tensor {}", path_, name));
   const auto& record = manifest_.at("tensors").at(name);
-  at::Tensor result;
-  // Assemble the requested slice from every shard that overlaps it.
+  // Stored pieces grouped by the rectangular slice they belong to; flattened fragments (ZeRO
+  // shards) are joined into their slice first.
+  struct Slice {
+    std::vector<int64_t> offsets, shape;
+    at::Tensor data;
+    int64_t covered = 0;
+  };
+  std::vector<Slice> slices;
   for (const auto& shard : record.at("shards")) {
     const auto file = shard.at("file").get<std::string>();
-    const auto shard_offsets = shard.at("offsets").get<std::vector<int64_t>>();
-    const auto shard_shape = shard.at("shape").get<std::vector<int64_t>>();
-    std::vector<int64_t> lo(shape.size()), hi(shape.size());
+    const auto key = shard.value("key", name);
+    Slice piece{shard.at("offsets").get<std::vector<int64_t>>(), shard.at("shape").get<std::vector<int64_t>>(), {}, 0};
     bool overlaps = true;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      lo[d] = std::max(offsets[d], shard_offsets[d]);
-      hi[d] = std::min(offsets[d] + shape[d], shard_offsets[d] + shard_shape[d]);
-      if (lo[d] >= hi[d]) overlaps = false;
-    }
+    for (size_t d = 0; d < shape.size(); ++d)
+      overlaps = overlaps && std::max(offsets[d], piece.offsets[d]) <
+                                 std::min(offsets[d] + shape[d], piece.offsets[d] + piece.shape[d]);
     if (!overlaps) continue;
-    const SafetensorsReader* reader = nullptr;
-    for (const auto& s : shards_)
-      if (fs::path(s->path()).filename() == file) reader = s.get();
-    if (!reader) throw UserError(fmt::format("{}: shard file {} of {} is not listed", path_, file, name));
-    at::Tensor data = reader->read(name);
-    if (!result.defined()) result = at::empty(shape, data.options());
-    at::Tensor source = data, target = result;
+    at::Tensor data = reader(file, name).read(key);
+    if (!shard.contains("flat_range")) {
+      piece.data = data;
+      slices.push_back(std::move(piece));
+      continue;
+    }
+    auto it = std::find_if(slices.begin(), slices.end(),
+                           [&](const Slice& s) { return s.offsets == piece.offsets && s.shape == piece.shape; });
+    if (it == slices.end()) {
+      piece.data = at::empty(piece.shape, data.options());
+      slices.push_back(std::move(piece));
+      it = std::prev(slices.end());
+    }
+    const int64_t begin = shard.at("flat_range")[0].get<int64_t>(), end = shard.at("flat_range")[1].get<int64_t>();
+    it->data.view({-1}).narrow(0, begin, end - begin).copy_(data.reshape({-1}));
+    it->covered += end - begin;
+  }
+  at::Tensor result;
+  int64_t filled = 0;
+  for (const auto& s : slices) {
+    if (s.covered > 0 && s.covered != s.data.numel())
+      throw UserError(fmt::format("{}: the fragments of {} cover {} of {} elements of a slice", path_, name, s.covered,
+                                  s.data.numel()));
+    if (!result.defined()) result = at::empty(shape, s.data.options());
+    at::Tensor source = s.data, target = result;
+    int64_t count = 1;
     for (size_t d = 0; d < shape.size(); ++d) {
-      source = source.narrow(d, lo[d] - shard_offsets[d], hi[d] - lo[d]);
-      target = target.narrow(d, lo[d] - offsets[d], hi[d] - lo[d]);
+      const int64_t lo = std::max(offsets[d], s.offsets[d]), hi = std::min(offsets[d] + shape[d], s.offsets[d] + s.shape[d]);
+      source = source.narrow(int64_t(d), lo - s.offsets[d], hi - lo);
+      target = target.narrow(int64_t(d), lo - offsets[d], hi - lo);
+      count *= hi - lo;
     }
     target.copy_(source);
+    filled += count;
   }
-  if (!result.defined()) throw UserError(fmt::format("{}: no shard holds the requested part of {}", path_, name));
+  int64_t wanted = 1;
+  for (auto d : shape) wanted *= d;
+  if (!result.defined() || filled < wanted)
+    throw UserError(fmt::format("{}: the shards of {} do not cover the requested part", path_, name));
   return result;
 }
 

@@ -3,50 +3,135 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
 namespace trainer::checkpoint {
 
-CheckpointWriter::CheckpointWriter(std::string dir, int64_t keep, bool async)
-    : dir_(std::move(dir)), keep_(keep), async_(async) {}
+namespace {
+
+constexpr int kWriterNiceness = 10;  // below training's threads (0), above idle
+
+// What every rank does once its tensors are on the host: write and report; rank 0 also commits.
+std::string write_report_commit(const WriterOptions& options, CommitChannel& channel, int64_t sequence,
+                                const CheckpointContent& content, HostSnapshot* snapshot, FileWriter& file_writer) {
+  nlohmann::json report;
+  std::string error;
+  try {
+    if (snapshot) snapshot->wait_device_copies();
+    report = write_rank_shard(options.dir, content.step, channel.rank(), content.tensors, &file_writer);
+  } catch (const std::exception& e) {
+    error = e.what();
+    report = {{"error", error}};
+  }
+  channel.report(sequence, report);
+  if (channel.rank() != 0) {
+    if (!error.empty()) throw std::runtime_error(error);
+    return "";
+  }
+  try {
+    // Nothing is committed unless every rank's shard is durable.
+    const std::vector<nlohmann::json> reports = channel.collect(sequence);
+    for (size_t r = 0; r < reports.size(); ++r)
+      if (reports[r].contains("error"))
+        throw std::runtime_error(
+            fmt::format("rank {}: {}", r, reports[r].at("error").get<std::string>()));
+    return commit_checkpoint(options.dir, content, reports);
+  } catch (...) {
+    try {
+      discard_staging(options.dir, content.step);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(WriterOptions options) : options_(std::move(options)) {
+  if (!options_.channel) options_.channel = single_process_channel();
+}
 
 CheckpointWriter::~CheckpointWriter() {
   try {
     wait();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: checkpoint write failed: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.what());
   }
 }
 
 std::string CheckpointWriter::wait() {
   if (in_flight_.valid()) {
     try {
-      last_committed_ = in_flight_.get();
+      std::string committed = in_flight_.get();
+      if (!committed.empty()) last_committed_ = committed;
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("writing the checkpoint to {} failed: {} (the previous checkpoint is "
-                                           "intact)", dir_, e.what()));
+                                           "intact)", options_.dir, e.what()));
     }
   }
+  snapshot_pending_ = false;
   return last_committed_;
 }
 
-void CheckpointWriter::save(CheckpointContent content) {
+double CheckpointWriter::before_parameter_update() {
+  if (!snapshot_pending_) return 0;
   const auto start = std::chrono::steady_clock::now();
-  wait();  // one save in flight at a time
-  // The snapshot: host copies that training cannot change. A synchronous save writes before
-  // training goes on, so host tensors need no copy then.
-  for (auto& t : content.tensors) t.tensor = t.tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/async_);
-  const std::string dir = dir_;
-  const int64_t keep = keep_;
-  auto write = [dir, keep, content = std::move(content)]() { return save_checkpoint(dir, content, keep); };
-  if (async_) {
-    in_flight_ = std::async(std::launch::async, std::move(write));
-  } else {
-    last_committed_ = write();
+  snapshot_taken_.get();  // rethrows a failed copy
+  snapshot_.order_current_stream_after_copies();
+  snapshot_pending_ = false;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void CheckpointWriter::save(CheckpointContent content) {
+  wait();  // one save in flight at a time; the snapshot buffers are free again
+  const int64_t sequence = ++sequence_;
+  const WriterOptions options = options_;
+  auto* channel = options_.channel.get();
+  if (!options_.async) {
+    // The tensors themselves are written (GPU ones copied to the host first), before training goes on.
+    bool on_device = false;
+    for (const auto& t : content.tensors) on_device = on_device || t.tensor.is_cuda();
+    if (on_device) {
+      snapshot_.prepare(content.tensors);
+      snapshot_.start_device_copies();
+    }
+    const std::string committed =
+        write_report_commit(options, *channel, sequence, content, on_device ? &snapshot_ : nullptr, file_writer_);
+    if (channel->rank() == 0) last_committed_ = committed;
+    if (channel->rank() == 0 && options.keep > 0)  // deleting old checkpoints need not stop training
+      in_flight_ = std::async(std::launch::async, [options, committed] {
+        prune_checkpoints(options.dir, options.keep, committed);
+        return committed;
+      });
+    return;
   }
-  last_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  snapshot_.prepare(content.tensors);
+  snapshot_.start_device_copies();
+  auto taken = std::make_shared<std::promise<void>>();
+  snapshot_taken_ = taken->get_future().share();
+  snapshot_pending_ = true;
+  in_flight_ = std::async(std::launch::async, [this, options, channel, sequence, taken,
+                                               content = std::move(content)]() -> std::string {
+    try {
+      snapshot_.copy_host_originals();
+      taken->set_value();
+    } catch (const std::exception& e) {
+      taken->set_exception(std::current_exception());
+      channel->report(sequence, {{"error", std::string("taking the snapshot: ") + e.what()}});
+      throw;
+    }
+    // The write yields the cores to training (a CPU run uses them all); the snapshot above could not,
+    // since the next optimizer step waits for it. Threads started from here inherit the priority.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNiceness);
+    const std::string committed = write_report_commit(options, *channel, sequence, content, &snapshot_, file_writer_);
+    if (channel->rank() == 0) prune_checkpoints(options.dir, options.keep, committed);
+    return committed;
+  });
 }
 
 }  // namespace trainer::checkpoint

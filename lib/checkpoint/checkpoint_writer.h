@@ -1,37 +1,64 @@
 #pragma once
-// Saving without stopping training for the write (DataStates-LLM, REFERENCES.md): save() blocks
-// only while the tensors are copied to host memory (a snapshot: training may change the originals
-// right after), then a background thread serialises, writes, fsyncs and commits the checkpoint
-// (checkpoint.h's protocol). One save is in flight at a time: a new save first waits for the
-// previous one. A failed write is reported at the next save() or wait(); the previous committed
-// checkpoint stays intact.
+// Saving without stopping training for the write (DataStates-LLM, REFERENCES.md).
+//
+// Asynchronous (checkpoint.async): save() hands the tensors to a snapshot (host_snapshot.h) and a
+// background thread, and returns. The thread copies CPU tensors into host buffers (GPU tensors are
+// copied on a side stream), then writes this rank's shard file, fsyncs it and reports it through
+// the commit channel; on rank 0 it then collects every rank's report, writes the manifest, renames
+// the directory into place, moves `latest` and prunes old checkpoints (checkpoint.h). Training
+// calls before_parameter_update() before each optimizer step: the only wait, and only until the
+// snapshot is complete.
+//
+// Synchronous: save() writes from the tensors themselves and returns once this rank's shard is
+// durable (rank 0: once the checkpoint is committed). Pruning old checkpoints runs in the
+// background either way.
+//
+// One save is in flight at a time: a new save first waits for the previous one. A failed write
+// is reported at the next save() or wait(); the previous committed checkpoint stays intact.
 #include <future>
+#include <memory>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/commit_channel.h"
+#include "checkpoint/host_snapshot.h"
 
 namespace trainer::checkpoint {
 
+struct WriterOptions {
+  std::string dir;
+  int64_t keep = 0;  // committed checkpoints kept (0: all)
+  bool async = true;
+  std::shared_ptr<CommitChannel> channel;  // null: a single process
+};
+
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string dir, int64_t keep, bool async);
+  explicit CheckpointWriter(WriterOptions options);
   ~CheckpointWriter();  // waits for the save in flight (errors are printed, not thrown)
 
-  // Returns once the snapshot is taken (async) or the checkpoint is committed (sync).
+  // Starts saving this rank's part of a checkpoint (every rank calls it, in the same order).
   // Throws std::runtime_error when the previous save failed.
   void save(CheckpointContent content);
-  // Waits for the save in flight; returns the directory of the last committed checkpoint ("" if none).
+  // Before the optimizer modifies parameters or optimizer state: waits until the snapshot of the
+  // save in flight is taken (GPU: orders the current stream after the copies, no host wait).
+  // Returns the seconds it blocked.
+  double before_parameter_update();
+  // Whether a snapshot is still to be waited for by before_parameter_update().
+  bool snapshot_pending() const { return snapshot_pending_; }
+  // Waits for the save in flight; returns the directory of the last committed checkpoint (rank 0;
+  // other ranks return "").
   std::string wait();
-  // Seconds the last save() blocked the caller.
-  double last_stall_seconds() const { return last_stall_s_; }
 
  private:
-  std::string dir_;
-  int64_t keep_;
-  bool async_;
+  WriterOptions options_;
+  int64_t sequence_ = 0;
+  HostSnapshot snapshot_;
+  FileWriter file_writer_;  // used by one save at a time
+  std::shared_future<void> snapshot_taken_;
+  bool snapshot_pending_ = false;
   std::future<std::string> in_flight_;
   std::string last_committed_;
-  double last_stall_s_ = 0;
 };
 
 }  // namespace trainer::checkpoint

@@ -25,23 +25,10 @@ const std::map<c10::ScalarType, std::string>& dtype_names() {
   return names;
 }
 
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
-                               const std::map<std::string, std::string>& metadata) {
+                               const std::map<std::string, std::string>& metadata, FileWriter* writer) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> cpu;
@@ -50,6 +37,7 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
     at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
     const auto it = dtype_names().find(t.scalar_type());
     if (it == dtype_names().end()) throw std::runtime_error(fmt::format("{}: unsupported dtype for {}", path, e.name));
+    if (header.contains(e.name)) throw std::runtime_error(fmt::format("{}: tensor {} given twice", path, e.name));
     const uint64_t bytes = t.nbytes();
     header[e.name] = {{"dtype", it->second}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -58,25 +46,11 @@ FileChecksum write_safetensors(const std::string& path, const std::vector<Safete
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes
   const uint64_t length = text.size();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
-  FileChecksum sum;
-  auto write_counted = [&](const void* data, size_t size) {
-    write_all(fd, data, size, path);
-    sum.crc32 = crc32_update(sum.crc32, data, size);
-    sum.bytes += size;
-  };
-  try {
-    write_counted(&length, 8);  // little-endian hosts only (x86-64, aarch64)
-    write_counted(text.data(), text.size());
-    for (const auto& t : cpu) write_counted(t.data_ptr(), t.nbytes());
-    if (::fsync(fd) != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw std::runtime_error(fmt::format("{}: close failed: {}", path, std::strerror(errno)));
-  return sum;
+
+  std::vector<FileWriter::Piece> pieces = {{&length, 8}, {text.data(), text.size()}};  // little-endian hosts only
+  for (const auto& t : cpu) pieces.push_back({t.data_ptr(), t.nbytes()});
+  FileWriter local;
+  return (writer ? *writer : local).write(path, pieces);
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {

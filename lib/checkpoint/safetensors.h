@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/file_writer.h"
 #include "core/crc32.h"
 
 namespace trainer::checkpoint {
@@ -18,9 +19,10 @@ struct SafetensorsEntry {
 };
 
 // Writes the file and fsyncs it; returns its size and CRC-32, computed while writing (no second
-// read). Throws std::runtime_error naming the file on I/O failure.
+// read). `writer` (reused for its staging buffers) may be null. Throws std::runtime_error naming
+// the file on I/O failure.
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
-                               const std::map<std::string, std::string>& metadata = {});
+                               const std::map<std::string, std::string>& metadata = {}, FileWriter* writer = nullptr);
 
 class SafetensorsReader {
  public:

@@ -1,8 +1,9 @@
 #include "core/crc32.h"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
-#include <array>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,45 +12,20 @@
 
 namespace trainer {
 
-namespace {
-
-using Tables = std::array<std::array<uint32_t, 256>, 8>;
-
-Tables make_tables() {
-  Tables t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; ++i)
-    for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFF];
-  return t;
-}
-
-const Tables& tables() {
-  static const Tables t = make_tables();
-  return t;
-}
-
-}  // namespace
-
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
-  const auto& t = tables();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  while (size >= 8) {
-    uint32_t lo, hi;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= crc;  // little-endian hosts
-    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][hi & 0xFF] ^
-          t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
-    p += 8;
-    size -= 8;
+  // zlib's crc32 takes a 32-bit length; feed it in pieces.
+  const auto* p = static_cast<const Bytef*>(data);
+  while (size > 0) {
+    const auto n = static_cast<uInt>(std::min<size_t>(size, size_t(1) << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, n));
+    p += n;
+    size -= n;
   }
-  while (size--) crc = t[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return crc;
+}
+
+uint32_t crc32_concat(uint32_t first, uint32_t second, uint64_t second_size) {
+  return static_cast<uint32_t>(::crc32_combine(first, second, static_cast<z_off_t>(second_size)));
 }
 
 FileChecksum checksum_file(const std::string& path) {

@@ -29,7 +29,8 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
     : layout_(std::move(layout)),
       global_rank_(global_rank),
       coordinates_(layout_.coordinates(global_rank)),
-      context_(std::move(context)) {
+      context_(std::move(context)),
+      store_(store) {
   std::vector<int64_t> everyone;
   for (int64_t r = 0; r < layout_.world_size(); ++r) everyone.push_back(r);
   world_ = make_group(store, "world", everyone, global_rank, context_, backend);
@@ -37,6 +38,8 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
     groups_[kind] =
         make_group(store, group_kind_name(kind), layout_.group(kind, global_rank), global_rank, context_, backend);
 }
+
+ProcessGroups::~ProcessGroups() = default;
 
 std::unique_ptr<ProcessGroups> single_process_groups() {
   recipe::MeshShape shape;  // all ones

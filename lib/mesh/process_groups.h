@@ -26,6 +26,7 @@ class ProcessGroups {
  public:
   ProcessGroups(RankLayout layout, int64_t global_rank, const c10::intrusive_ptr<c10d::Store>& store,
                 std::shared_ptr<comm::CommContext> context, const Backend& backend);
+  ~ProcessGroups();  // out of line: c10d::Store is incomplete here
 
   const RankLayout& layout() const { return layout_; }
   int64_t global_rank() const { return global_rank_; }
@@ -33,12 +34,15 @@ class ProcessGroups {
   comm::Communicator& get(GroupKind kind) const { return *groups_.at(kind); }
   comm::Communicator& world() const { return *world_; }
   comm::CommContext& context() const { return *context_; }
+  // The job's rendezvous store (null for a single process without one); checkpoints commit through it.
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:
   RankLayout layout_;
   int64_t global_rank_;
   Coordinates coordinates_;
   std::shared_ptr<comm::CommContext> context_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<comm::Communicator> world_;
   std::map<GroupKind, std::unique_ptr<comm::Communicator>> groups_;
 };

@@ -71,8 +71,19 @@ void OptimizerDriver::zero_grad() {
 
 int64_t OptimizerDriver::steps_taken() const { return zero1_ ? zero1_->steps_taken() : adamw_->steps_taken(); }
 
-std::vector<optim::NamedTensor> OptimizerDriver::whole_state() {
-  return zero1_ ? zero1_->gather_state() : adamw_->state();
+std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() const {
+  if (zero1_) return zero1_->checkpoint_records();
+  std::vector<checkpoint::TensorRecord> out;
+  for (const auto& s : adamw_->state()) {
+    // "optimizer.<kind>.<parameter>": the state has the parameter's slice's shape (steps: a scalar).
+    const std::string param = s.name.substr(s.name.find('.', std::string("optimizer.").size()) + 1);
+    const model::Parameter* p = model_.parameters().find(param);
+    auto record = s.tensor.dim() == 0 || !p ? checkpoint::TensorRecord::whole(s.name, s.tensor)
+                                            : checkpoint::TensorRecord::slice(s.name, s.tensor, p->global_shape, p->offsets());
+    record.replicated = true;
+    out.push_back(std::move(record));
+  }
+  return out;
 }
 
 void OptimizerDriver::load_whole_state(const std::map<std::string, at::Tensor>& state, int64_t steps_taken) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data/distributed_optimizer.h"
@@ -30,8 +31,10 @@ class OptimizerDriver {
   void zero_grad();
   int64_t steps_taken() const;
 
-  // Whole optimizer tensors for a checkpoint (a collective under ZeRO-1), and loading them back.
-  std::vector<optim::NamedTensor> whole_state();
+  // This rank's optimizer state for a checkpoint (no communication): ZeRO-1 fragments as flat
+  // ranges, replicated state marked so that one data-parallel rank writes it. Live tensors.
+  std::vector<checkpoint::TensorRecord> checkpoint_records() const;
+  // Loads the state from whole tensors by name (this rank takes its ZeRO-1 shard).
   void load_whole_state(const std::map<std::string, at::Tensor>& state, int64_t steps_taken);
 
   const parallel::OverlapStats* overlap() const { return buckets_ ? &buckets_->stats() : nullptr; }

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/commit_channel.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "estimate/estimate.h"
@@ -154,20 +156,49 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   double time_in_steps = 0;
   int64_t steps_this_run = 0;
 
-  // Collective: every rank takes part (ZeRO-1 gathers its shards); rank 0 writes, in the
-  // background when checkpoint.async (training waits only for the snapshot to host memory).
+  // Every rank writes its part of each checkpoint (no collective); rank 0 commits it once all
+  // parts are durable. Asynchronous saves block training only until the snapshot is taken, at
+  // the latest before the next optimizer step (checkpoint_writer.h).
   std::unique_ptr<checkpoint::CheckpointWriter> writer;
-  if (rank0 && r.checkpoint.dir)
-    writer = std::make_unique<checkpoint::CheckpointWriter>(*r.checkpoint.dir, r.checkpoint.keep, r.checkpoint.async);
-  auto save = [&](const char* why) {
-    if (!r.checkpoint.dir) return;
-    const auto t0 = Clock::now();
-    auto content = capture_training_state(model, optimizer.whole_state(), optimizer.steps_taken(), loaded, progress);
+  if (r.checkpoint.dir) {
+    checkpoint::WriterOptions writer_options;
+    writer_options.dir = *r.checkpoint.dir;
+    writer_options.keep = r.checkpoint.keep;
+    writer_options.async = r.checkpoint.async;
+    if (groups.store() && mesh.world_size > 1)
+      writer_options.channel = checkpoint::store_channel(
+          groups.store(), groups.global_rank(), mesh.world_size,
+          std::chrono::seconds(int64_t(std::ceil(r.parallel.collective_timeout_s))));
+    writer = std::make_unique<checkpoint::CheckpointWriter>(std::move(writer_options));
+  }
+  struct PendingSnapshot {
+    int64_t step = 0;
+    std::string why;
+    double start_s = 0;
+  };
+  std::optional<PendingSnapshot> pending;  // an asynchronous save whose snapshot training may still wait for
+  auto save = [&](const char* why, bool more_steps) {
     if (!writer) return;
-    writer->save(std::move(content));
-    say(fmt::format("checkpoint of step {} ({}): training paused {:.3f} s{}", progress.step, why,
-                    std::chrono::duration<double>(Clock::now() - t0).count(),
-                    r.checkpoint.async ? ", writing in the background" : ""));
+    const auto t0 = Clock::now();
+    writer->save(capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
+                                        progress, groups.coordinates().dp, mesh.dp));
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!r.checkpoint.async)
+      say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s", progress.step, why, seconds));
+    else if (more_steps)
+      pending = PendingSnapshot{progress.step, why, seconds};
+    else
+      say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s, writing in the background",
+                      progress.step, why, seconds));
+  };
+  // Before the optimizer changes parameters and state: the snapshot of a save in flight must be complete.
+  auto snapshot_fence = [&] {
+    if (!pending) return;
+    const double waited = writer->before_parameter_update();
+    say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s ({:.4f} s starting the snapshot, {:.4f} s "
+                    "waiting for it before the next optimizer step), writing in the background",
+                    pending->step, pending->why, pending->start_s + waited, pending->start_s, waited));
+    pending.reset();
   };
 
   // Small reductions live on the training device (NCCL needs GPU tensors); double on the CPU for
@@ -210,6 +241,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (first non-finite gradient: {})",
                                            step + 1, grad_norm, first_non_finite_gradient(model)));
     optimizer.clip(r.training.grad_clip, grad_norm);
+    snapshot_fence();
     optimizer.step(lr);
     optimizer.zero_grad();
     progress.step += 1;
@@ -262,19 +294,19 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
 
     if (stop.item<double>() > 0) {
       say(fmt::format("stopping after step {} on a signal", progress.step));
-      save("on stop");
+      save("on stop", false);
       summary.stopped_by_signal = true;
       break;
     }
     if (progress.step == r.training.steps)
-      save("final");
+      save("final", false);
     else if (r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0)
-      save("interval");
+      save("interval", true);
   }
   summary.steps_completed = progress.step;
   if (writer) {
     summary.last_checkpoint = writer->wait();
-    say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
+    if (rank0) say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
   }
   return summary;
 }

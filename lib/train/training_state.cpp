@@ -7,14 +7,15 @@
 #include <fmt/ranges.h>
 
 #include "checkpoint/hf_export.h"
+#include "checkpoint/shard_assignment.h"
 #include "core/error.h"
 
 namespace trainer::train {
 
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
-                                                     const std::vector<optim::NamedTensor>& optimizer_state,
+                                                     std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress) {
+                                                     const Progress& progress, int64_t dp_rank, int64_t dp_size) {
   checkpoint::CheckpointContent content;
   content.step = progress.step;
   content.consumed_samples = progress.consumed_samples;
@@ -23,14 +24,19 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
     content.mesh = {{"world_size", recipe.mesh->world_size}, {"tp", recipe.mesh->tp}, {"cp", recipe.mesh->cp},
                     {"dp", recipe.mesh->dp}, {"pp", recipe.mesh->pp}, {"ep", recipe.mesh->ep},
                     {"zero", recipe.recipe.parallel.zero}};
-  for (const auto& p : model.parameters().all())
-    content.tensors.push_back({p.name, p.tensor.detach(), p.global_shape, p.offsets()});
-  for (const auto& s : optimizer_state)
-    content.tensors.push_back({s.name, s.tensor, s.tensor.sizes().vec(), std::vector<int64_t>(s.tensor.dim(), 0)});
+  std::vector<checkpoint::TensorRecord> records;
+  for (const auto& p : model.parameters().all()) {
+    auto record = checkpoint::TensorRecord::slice(p.name, p.tensor.detach(), p.global_shape, p.offsets());
+    record.replicated = true;
+    records.push_back(std::move(record));
+  }
+  for (auto& r : optimizer_records) records.push_back(std::move(r));
   // The default CPU generator's state (nothing in training draws from it today; kept so that
   // anything that does later resumes exactly).
-  const at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-  content.tensors.push_back({"rng.cpu", rng, rng.sizes().vec(), {0}});
+  auto rng = checkpoint::TensorRecord::whole("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  rng.replicated = true;
+  records.push_back(std::move(rng));
+  content.tensors = checkpoint::records_to_write(std::move(records), dp_rank, dp_size);
   content.extra = {{"optimizer_steps", optimizer_steps}};
   return content;
 }

@@ -16,12 +16,13 @@ struct Progress {
   int64_t consumed_samples = 0;  // global samples consumed
 };
 
-// `optimizer_state`: whole (unsharded) optimizer tensors by name, elementwise companions of the
-// parameter named after the prefix ("optimizer.exp_avg.<param>").
+// What this rank writes of a checkpoint: the parameters and the replicated optimizer state are
+// the same on every data-parallel rank and are spread over them (shard_assignment.h); ZeRO-1
+// fragments are written by their owner. The records point at the live tensors.
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
-                                                     const std::vector<optim::NamedTensor>& optimizer_state,
+                                                     std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress);
+                                                     const Progress& progress, int64_t dp_rank, int64_t dp_size);
 
 // Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
 // A tensor missing from the checkpoint or of another global shape is a UserError naming both.

@@ -79,27 +79,22 @@ void DistributedOptimizer::step(double lr) {
   ++steps_taken_;
 }
 
-std::vector<optim::NamedTensor> DistributedOptimizer::gather_state() {
-  at::NoGradGuard no_grad;
-  auto& all = buckets_.buckets();
+std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records() const {
   const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
   const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
-  std::vector<optim::NamedTensor> out;
-  for (size_t b = 0; b < all.size(); ++b) {
-    auto& bucket = all[b];
+  std::vector<checkpoint::TensorRecord> out;
+  for (const Fragment& fr : fragments_) {
+    const auto& p = params_[fr.param];
     for (int k = 0; k < 3; ++k) {
       if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
-      at::Tensor whole = at::empty({bucket.padded_numel}, shards_[b][k].options());
-      buckets_.group().all_gather(whole, shards_[b][k])->wait();
-      for (size_t i = 0; i < bucket.params.size(); ++i) {
-        const auto& p = params_[bucket.params[i]];
-        out.push_back({names[k] + p.name, whole.narrow(0, bucket.offsets[i], p.tensor.numel()).view(p.tensor.sizes())});
-      }
+      out.push_back(checkpoint::TensorRecord::flat(names[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length),
+                                                   p.global_shape, p.offsets(), p.tensor.sizes().vec(), fr.param_offset));
     }
-    for (size_t i = 0; i < bucket.params.size(); ++i) {
-      const auto& p = params_[bucket.params[i]];
-      out.push_back({"optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat)});
-    }
+  }
+  for (const auto& p : params_) {
+    auto step = checkpoint::TensorRecord::whole("optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat));
+    step.replicated = true;
+    out.push_back(std::move(step));
   }
   return out;
 }

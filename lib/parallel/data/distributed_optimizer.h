@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
 #include "parallel/data/grad_buckets.h"
 #include "recipe/recipe.h"
@@ -29,8 +30,10 @@ class DistributedOptimizer {
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
 
-  // Whole (unsharded) optimizer tensors under the names optim::AdamW::state() uses; a collective.
-  std::vector<optim::NamedTensor> gather_state();
+  // This rank's state for a checkpoint, under the names optim::AdamW::state() uses, without any communication: its
+  // fragments of the moments (and of the fp32 master weights when the parameters are not fp32) as
+  // flat ranges of each parameter's slice, and the step counts (replicated). The live tensors.
+  std::vector<checkpoint::TensorRecord> checkpoint_records() const;
   // Takes this rank's shard from whole tensors (as in a checkpoint), by the same names.
   void load_state(const std::map<std::string, at::Tensor>& whole);
 

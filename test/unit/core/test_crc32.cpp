@@ -15,3 +15,12 @@ TEST_CASE("crc32 matches the standard check values (zlib.crc32)", "[core]") {
   crc = trainer::crc32_update(crc, fox.data() + 5, fox.size() - 5);
   CHECK(crc == 0x414FA339u);
 }
+
+TEST_CASE("crc32_concat joins the checksums of consecutive pieces", "[core]") {
+  const std::string fox = "The quick brown fox jumps over the lazy dog";
+  for (size_t cut : {size_t(0), size_t(1), size_t(17), fox.size()}) {
+    const uint32_t a = trainer::crc32_update(0, fox.data(), cut);
+    const uint32_t b = trainer::crc32_update(0, fox.data() + cut, fox.size() - cut);
+    CHECK(trainer::crc32_concat(a, b, fox.size() - cut) == 0x414FA339u);
+  }
+}
