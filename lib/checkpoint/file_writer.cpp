@@ -97,13 +97,13 @@ struct FileWriter::Staging {
   }
 };
 
-FileWriter::FileWriter() : staging_(std::make_unique<Staging>()) {}
+FileWriter::FileWriter(bool direct) : staging_(std::make_unique<Staging>()), direct_(direct) {}
 FileWriter::~FileWriter() = default;
 
 FileChecksum FileWriter::write(const std::string& path, const std::vector<Piece>& pieces) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  int fd = direct_ ? ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
   last_direct_ = fd >= 0;
-  if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 && (!direct_ || errno == EINVAL)) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw io_error(path, "create");
   FileChecksum sum;
   std::exception_ptr failure;

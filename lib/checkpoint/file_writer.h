@@ -23,7 +23,8 @@ class FileWriter {
     size_t size;
   };
 
-  FileWriter();
+  // `direct`: try O_DIRECT first (false: always through the page cache).
+  explicit FileWriter(bool direct = true);
   ~FileWriter();
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
@@ -39,6 +40,7 @@ class FileWriter {
  private:
   struct Staging;
   std::unique_ptr<Staging> staging_;
+  bool direct_;
   bool last_direct_ = false;
 };
 

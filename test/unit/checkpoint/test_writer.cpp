@@ -1,0 +1,80 @@
+// CheckpointWriter: an asynchronous save holds the values of the moment it was started even when
+// training changes the tensors right after the snapshot fence; one save in flight at a time;
+// `keep` prunes old checkpoints; a failed write is reported and leaves the previous one intact.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "process.h"
+
+using namespace trainer;
+using namespace trainer::checkpoint;
+
+namespace {
+
+CheckpointContent content_of(int64_t step, const at::Tensor& t) {
+  CheckpointContent c;
+  c.step = step;
+  c.tensors.push_back(TensorRecord::whole("t", t));
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("an asynchronous save keeps the values from before the next parameter update", "[checkpoint]") {
+  test::TempDir dir;
+  at::Tensor t = at::arange(1 << 20, at::kFloat);
+  const at::Tensor original = t.clone();
+  WriterOptions options;
+  options.dir = dir.path();
+  options.keep = 2;
+  CheckpointWriter writer(options);
+  for (int64_t step = 1; step <= 3; ++step) {
+    writer.save(content_of(step, t));
+    CHECK(writer.snapshot_pending());
+    writer.before_parameter_update();
+    CHECK_FALSE(writer.snapshot_pending());
+    t.add_(1.0);  // the "optimizer step": must not reach the checkpoint being written
+  }
+  const std::string last = writer.wait();
+  CHECK(last == dir.path() + "/step-00000003");
+  const LoadedCheckpoint loaded(dir.path());
+  CHECK(loaded.step() == 3);
+  CHECK(at::equal(loaded.read("t"), original + 2.0));
+  // keep = 2: step 1 is gone.
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/step-00000001"));
+  CHECK(std::filesystem::exists(dir.path() + "/step-00000002"));
+}
+
+TEST_CASE("a failed asynchronous write is reported and the previous checkpoint stays", "[checkpoint]") {
+  test::TempDir dir;
+  const at::Tensor t = at::ones({16});
+  WriterOptions options;
+  options.dir = dir.path();
+  CheckpointWriter writer(options);
+  writer.save(content_of(1, t));
+  writer.wait();
+  // A directory where step 2's shard file must go makes its creation fail.
+  std::filesystem::create_directories(dir.path() + "/step-00000002.tmp/shard-00000.safetensors");
+  writer.save(content_of(2, t));
+  writer.before_parameter_update();
+  REQUIRE_THROWS_WITH(writer.wait(), Catch::Contains("shard-00000.safetensors") && Catch::Contains("previous checkpoint is intact"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/step-00000002.tmp"));
+  CHECK(*find_latest_checkpoint(dir.path()) == dir.path() + "/step-00000001");
+  CHECK(LoadedCheckpoint(dir.path()).step() == 1);
+}
+
+TEST_CASE("a synchronous save is committed when save returns", "[checkpoint]") {
+  test::TempDir dir;
+  WriterOptions options;
+  options.dir = dir.path();
+  options.async = false;
+  CheckpointWriter writer(options);
+  writer.save(content_of(5, at::full({3}, 2.0)));
+  CHECK_FALSE(writer.snapshot_pending());
+  CHECK(std::filesystem::exists(dir.path() + "/step-00000005/manifest.json"));
+  CHECK(at::equal(LoadedCheckpoint(dir.path()).read("t"), at::full({3}, 2.0)));
+}
