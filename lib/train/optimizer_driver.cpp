@@ -86,22 +86,23 @@ std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() cons
   return out;
 }
 
-void OptimizerDriver::load_whole_state(const std::map<std::string, at::Tensor>& state, int64_t steps_taken) {
+void OptimizerDriver::load_state(const parallel::StateReader& read, int64_t steps_taken) {
   at::NoGradGuard no_grad;
   if (zero1_) {
-    zero1_->load_state(state);
+    zero1_->load_state(read);
     zero1_->set_steps_taken(steps_taken);
     return;
   }
   for (const auto& s : adamw_->state()) {
-    auto it = state.find(s.name);
-    if (it != state.end()) {
-      s.tensor.copy_(it->second);
-    } else if (s.name.rfind("optimizer.master.", 0) == 0) {
-      // Saved from an fp32 run: the parameters are the master weights.
-      const std::string param = s.name.substr(std::string("optimizer.master.").size());
-      s.tensor.copy_(model_.parameters().find(param)->tensor.detach());
-    }
+    const std::string param = s.name.substr(s.name.find('.', std::string("optimizer.").size()) + 1);
+    const model::Parameter* p = model_.parameters().find(param);
+    const bool sliced = s.tensor.dim() > 0 && p;
+    const auto stored = read(s.name, sliced ? p->offsets() : std::vector<int64_t>(size_t(s.tensor.dim()), 0),
+                             s.tensor.sizes().vec());
+    if (stored)
+      s.tensor.copy_(*stored);
+    else if (s.name.rfind("optimizer.master.", 0) == 0 && p)
+      s.tensor.copy_(p->tensor.detach());  // saved from an fp32 run: the parameters are the master weights
   }
   adamw_->set_steps_taken(steps_taken);
 }

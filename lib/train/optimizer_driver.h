@@ -34,8 +34,8 @@ class OptimizerDriver {
   // This rank's optimizer state for a checkpoint (no communication): ZeRO-1 fragments as flat
   // ranges, replicated state marked so that one data-parallel rank writes it. Live tensors.
   std::vector<checkpoint::TensorRecord> checkpoint_records() const;
-  // Loads the state from whole tensors by name (this rank takes its ZeRO-1 shard).
-  void load_whole_state(const std::map<std::string, at::Tensor>& state, int64_t steps_taken);
+  // Loads this rank's state (its ZeRO-1 fragments, or all of it) tensor by tensor.
+  void load_state(const parallel::StateReader& read, int64_t steps_taken);
 
   const parallel::OverlapStats* overlap() const { return buckets_ ? &buckets_->stats() : nullptr; }
   std::string describe() const;

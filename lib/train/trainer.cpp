@@ -99,7 +99,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   if (const auto& path = resume_from) {
     const checkpoint::LoadedCheckpoint checkpoint(*path);
     progress = restore_model(checkpoint, model);
-    optimizer.load_whole_state(read_optimizer_state(checkpoint),
+    optimizer.load_state(optimizer_state_reader(checkpoint),
                                checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
     say(fmt::format("resumed from {} at step {} ({} samples consumed)", checkpoint.path(), progress.step,
                     progress.consumed_samples));

@@ -80,11 +80,12 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
   return count;
 }
 
-std::map<std::string, at::Tensor> read_optimizer_state(const checkpoint::LoadedCheckpoint& loaded) {
-  std::map<std::string, at::Tensor> state;
-  for (const auto& [name, record] : loaded.manifest().at("tensors").items())
-    if (name.rfind("optimizer.", 0) == 0) state[name] = loaded.read(name);
-  return state;
+parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded) {
+  return [&loaded](const std::string& name, const std::vector<int64_t>& offsets,
+                   const std::vector<int64_t>& shape) -> std::optional<at::Tensor> {
+    if (!loaded.contains(name)) return std::nullopt;
+    return loaded.read(name, offsets, shape);
+  };
 }
 
 }  // namespace trainer::train

@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/data/distributed_optimizer.h"
 #include "recipe/load.h"
 
 namespace trainer::train {
@@ -33,7 +34,7 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
 // UserError naming the directory and the tensor.
 int64_t load_hf_weights(const std::string& dir, model::Transformer& model);
 
-// The optimizer tensors of the checkpoint whose names start with "optimizer.", whole.
-std::map<std::string, at::Tensor> read_optimizer_state(const checkpoint::LoadedCheckpoint& loaded);
+// Reads optimizer tensors from `loaded` for OptimizerDriver::load_state (one slice at a time).
+parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded);
 
 }  // namespace trainer::train

@@ -99,19 +99,19 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
   return out;
 }
 
-void DistributedOptimizer::load_state(const std::map<std::string, at::Tensor>& whole) {
+void DistributedOptimizer::load_state(const StateReader& read) {
   at::NoGradGuard no_grad;
   const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
   for (size_t f = 0; f < fragments_.size(); ++f) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];
     for (int k = 0; k < 3; ++k) {
-      auto it = whole.find(names[k] + p.name);
-      at::Tensor source = it != whole.end() ? it->second : (k == kMaster ? p.tensor.detach() : at::Tensor());
+      const std::optional<at::Tensor> stored = read(names[k] + p.name, p.offsets(), p.tensor.sizes().vec());
+      const at::Tensor source = stored ? *stored : (k == kMaster ? p.tensor.detach() : at::Tensor());
       if (!source.defined()) continue;
       shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, fr.length));
     }
-    if (auto it = whole.find("optimizer.step." + p.name); it != whole.end()) steps_[f].copy_(it->second);
+    if (const auto step = read("optimizer.step." + p.name, {}, {})) steps_[f].copy_(*step);
   }
 }
 

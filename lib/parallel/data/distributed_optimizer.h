@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +19,12 @@
 #include "recipe/recipe.h"
 
 namespace trainer::parallel {
+
+// Reads the slice [offsets, offsets + shape) of a checkpointed tensor by global name, or nothing
+// when the checkpoint does not have it. Loading goes tensor by tensor through it, so a rank never
+// holds more of the checkpoint than one parameter's state at a time.
+using StateReader = std::function<std::optional<at::Tensor>(const std::string& name, const std::vector<int64_t>& offsets,
+                                                            const std::vector<int64_t>& shape)>;
 
 class DistributedOptimizer {
  public:
@@ -34,8 +42,9 @@ class DistributedOptimizer {
   // fragments of the moments (and of the fp32 master weights when the parameters are not fp32) as
   // flat ranges of each parameter's slice, and the step counts (replicated). The live tensors.
   std::vector<checkpoint::TensorRecord> checkpoint_records() const;
-  // Takes this rank's shard from whole tensors (as in a checkpoint), by the same names.
-  void load_state(const std::map<std::string, at::Tensor>& whole);
+  // Loads this rank's fragments (and the step counts) by the same names; missing master weights
+  // (a checkpoint of an fp32 run) are taken from the parameters.
+  void load_state(const StateReader& read);
 
  private:
   struct Fragment {
