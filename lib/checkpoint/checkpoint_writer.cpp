@@ -100,8 +100,13 @@ void CheckpointWriter::save(CheckpointContent content) {
       snapshot_.prepare(content.tensors);
       snapshot_.start_device_copies();
     }
-    const std::string committed =
-        write_report_commit(options, *channel, sequence, content, on_device ? &snapshot_ : nullptr, file_writer_);
+    std::string committed;
+    try {
+      committed = write_report_commit(options, *channel, sequence, content, on_device ? &snapshot_ : nullptr, file_writer_);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("writing the checkpoint to {} failed: {} (the previous checkpoint is "
+                                           "intact)", options_.dir, e.what()));
+    }
     if (channel->rank() == 0) last_committed_ = committed;
     if (channel->rank() == 0 && options.keep > 0)  // deleting old checkpoints need not stop training
       in_flight_ = std::async(std::launch::async, [options, committed] {

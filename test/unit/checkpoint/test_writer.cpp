@@ -77,4 +77,9 @@ TEST_CASE("a synchronous save is committed when save returns", "[checkpoint]") {
   CHECK_FALSE(writer.snapshot_pending());
   CHECK(std::filesystem::exists(dir.path() + "/step-00000005/manifest.json"));
   CHECK(at::equal(LoadedCheckpoint(dir.path()).read("t"), at::full({3}, 2.0)));
+  // A failing synchronous save reports the same way as an asynchronous one.
+  std::filesystem::create_directories(dir.path() + "/step-00000006.tmp/shard-00000.safetensors");
+  REQUIRE_THROWS_WITH(writer.save(content_of(6, at::full({3}, 2.0))),
+                      Catch::Contains("shard-00000.safetensors") && Catch::Contains("previous checkpoint is intact"));
+  CHECK(LoadedCheckpoint(dir.path()).step() == 5);
 }
