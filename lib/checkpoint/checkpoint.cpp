@@ -96,33 +96,45 @@ TensorRecord TensorRecord::flat(std::string name, at::Tensor data, std::vector<i
 
 std::string step_directory_name(int64_t step) { return step_name(step); }
 
-nlohmann::json write_rank_shard(const std::string& dir, int64_t step, int64_t rank,
-                                const std::vector<TensorRecord>& records, FileWriter* writer) {
-  nlohmann::json report = {{"file", nullptr}, {"tensors", nlohmann::json::object()}};
-  if (records.empty()) return report;
-  const fs::path staging = fs::path(dir) / (step_name(step) + ".tmp");
-  fs::create_directories(staging);  // every rank may be first; a stale file of the same name is truncated
-  const std::string file = fmt::format("shard-{:05d}.safetensors", rank);
-  std::vector<SafetensorsEntry> entries;
+ShardPlan plan_rank_shard(int64_t rank, const std::vector<TensorRecord>& records) {
+  ShardPlan plan;
+  plan.report = {{"file", nullptr}, {"tensors", nlohmann::json::object()}};
+  if (records.empty()) return plan;
+  plan.file = fmt::format("shard-{:05d}.safetensors", rank);
+  plan.metadata = {{"format", "trainer"}, {"rank", std::to_string(rank)}};
   std::map<std::string, int> uses;  // a name may have several pieces in one file: keys "name", "name#1", ...
   for (const auto& t : records) {
     const int n = uses[t.name]++;
     const std::string key = n == 0 ? t.name : fmt::format("{}#{}", t.name, n);
-    entries.push_back({key, t.tensor});
-    nlohmann::json shard = {{"file", file}, {"offsets", t.offsets}, {"shape", t.slice_shape}};
+    plan.entries.push_back({key, t.tensor.scalar_type(), t.tensor.sizes().vec()});
+    nlohmann::json shard = {{"file", plan.file}, {"offsets", t.offsets}, {"shape", t.slice_shape}};
     if (key != t.name) shard["key"] = key;
     if (t.flat_range) shard["flat_range"] = {t.flat_range->first, t.flat_range->second};
-    auto& entry = report["tensors"][t.name];
+    auto& entry = plan.report["tensors"][t.name];
     if (entry.is_null())
       entry = {{"dtype", std::string(c10::toString(t.tensor.scalar_type()))},
                {"global_shape", t.global_shape},
                {"shards", nlohmann::json::array()}};
     entry["shards"].push_back(shard);
   }
-  const FileChecksum sum =
-      write_safetensors((staging / file).string(), entries, {{"format", "trainer"}, {"rank", std::to_string(rank)}}, writer);
-  report["file"] = {{"name", file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}};
-  return report;
+  return plan;
+}
+
+std::string staging_file(const std::string& dir, int64_t step, const std::string& file) {
+  const fs::path staging = fs::path(dir) / (step_name(step) + ".tmp");
+  fs::create_directories(staging);  // a stale file of the same name is truncated when written
+  return (staging / file).string();
+}
+
+nlohmann::json write_rank_shard(const std::string& dir, int64_t step, int64_t rank,
+                                const std::vector<TensorRecord>& records, FileWriter* writer) {
+  ShardPlan plan = plan_rank_shard(rank, records);
+  if (records.empty()) return plan.report;
+  std::vector<SafetensorsEntry> entries;
+  for (size_t i = 0; i < records.size(); ++i) entries.push_back({plan.entries[i].name, records[i].tensor});
+  const FileChecksum sum = write_safetensors(staging_file(dir, step, plan.file), entries, plan.metadata, writer);
+  plan.report["file"] = {{"name", plan.file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}};
+  return plan.report;
 }
 
 std::string commit_checkpoint(const std::string& dir, const CheckpointContent& content,

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,21 @@ struct CheckpointContent {
 };
 
 std::string step_directory_name(int64_t step);  // "step-00000100"
+
+// How a rank's records go into its shard file: the file's name, each record's key in the file
+// (the name, or "name#1", ... for further pieces of the same tensor), the header entries, and the
+// rank's report for the manifest without the file's size and checksum (report["file"] is null
+// when there are no records).
+struct ShardPlan {
+  std::string file;
+  std::vector<SafetensorsMeta> entries;
+  std::map<std::string, std::string> metadata;
+  nlohmann::json report;
+};
+ShardPlan plan_rank_shard(int64_t rank, const std::vector<TensorRecord>& records);
+
+// DIR/step-NNNNNNNN.tmp/FILE, creating the staging directory (any rank may be first).
+std::string staging_file(const std::string& dir, int64_t step, const std::string& file);
 
 // Writes this rank's records (CPU tensors) as DIR/step-NNNNNNNN.tmp/shard-RRRRR.safetensors,
 // fsynced. Returns the report rank 0 needs for the manifest: {"file": {name, bytes, crc32} or

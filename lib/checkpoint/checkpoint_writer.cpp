@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <stdexcept>
 
@@ -16,14 +17,14 @@ namespace {
 
 constexpr int kWriterNiceness = 10;  // below training's threads (0), above idle
 
-// What every rank does once its tensors are on the host: write and report; rank 0 also commits.
+// What every rank does once its tensors are on the host: write (`write_shard` returns the report)
+// and report; rank 0 also commits once every rank's shard is durable.
 std::string write_report_commit(const WriterOptions& options, CommitChannel& channel, int64_t sequence,
-                                const CheckpointContent& content, HostSnapshot* snapshot, FileWriter& file_writer) {
+                                const CheckpointContent& content, const std::function<nlohmann::json()>& write_shard) {
   nlohmann::json report;
   std::string error;
   try {
-    if (snapshot) snapshot->wait_device_copies();
-    report = write_rank_shard(options.dir, content.step, channel.rank(), content.tensors, &file_writer);
+    report = write_shard();
   } catch (const std::exception& e) {
     error = e.what();
     report = {{"error", error}};
@@ -34,12 +35,10 @@ std::string write_report_commit(const WriterOptions& options, CommitChannel& cha
     return "";
   }
   try {
-    // Nothing is committed unless every rank's shard is durable.
     const std::vector<nlohmann::json> reports = channel.collect(sequence);
     for (size_t r = 0; r < reports.size(); ++r)
       if (reports[r].contains("error"))
-        throw std::runtime_error(
-            fmt::format("rank {}: {}", r, reports[r].at("error").get<std::string>()));
+        throw std::runtime_error(fmt::format("rank {}: {}", r, reports[r].at("error").get<std::string>()));
     return commit_checkpoint(options.dir, content, reports);
   } catch (...) {
     try {
@@ -92,31 +91,37 @@ void CheckpointWriter::save(CheckpointContent content) {
   const int64_t sequence = ++sequence_;
   const WriterOptions options = options_;
   auto* channel = options_.channel.get();
+  const int64_t rank = channel->rank();
   if (!options_.async) {
     // The tensors themselves are written (GPU ones copied to the host first), before training goes on.
     bool on_device = false;
     for (const auto& t : content.tensors) on_device = on_device || t.tensor.is_cuda();
     if (on_device) {
-      snapshot_.prepare(content.tensors);
+      snapshot_.prepare(content.tensors, rank);
       snapshot_.start_device_copies();
     }
+    auto write_shard = [&]() {
+      return on_device ? snapshot_.write(options.dir, content.step, file_writer_)
+                       : write_rank_shard(options.dir, content.step, rank, content.tensors, &file_writer_);
+    };
     std::string committed;
     try {
-      committed = write_report_commit(options, *channel, sequence, content, on_device ? &snapshot_ : nullptr, file_writer_);
+      committed = write_report_commit(options, *channel, sequence, content, write_shard);
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("writing the checkpoint to {} failed: {} (the previous checkpoint is "
                                            "intact)", options_.dir, e.what()));
     }
-    if (channel->rank() == 0) last_committed_ = committed;
-    if (channel->rank() == 0 && options.keep > 0)  // deleting old checkpoints need not stop training
+    if (rank == 0) last_committed_ = committed;
+    if (rank == 0 && options.keep > 0)  // deleting old checkpoints need not stop training
       in_flight_ = std::async(std::launch::async, [options, committed] {
         prune_checkpoints(options.dir, options.keep, committed);
         return committed;
       });
     return;
   }
-  snapshot_.prepare(content.tensors);
+  snapshot_.prepare(content.tensors, rank);
   snapshot_.start_device_copies();
+  content.tensors.clear();  // the snapshot holds them now; the commit needs only the metadata
   auto taken = std::make_shared<std::promise<void>>();
   snapshot_taken_ = taken->get_future().share();
   snapshot_pending_ = true;
@@ -133,7 +138,9 @@ void CheckpointWriter::save(CheckpointContent content) {
     // The write yields the cores to training (a CPU run uses them all); the snapshot above could not,
     // since the next optimizer step waits for it. Threads started from here inherit the priority.
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNiceness);
-    const std::string committed = write_report_commit(options, *channel, sequence, content, &snapshot_, file_writer_);
+    const std::string committed = write_report_commit(options, *channel, sequence, content, [&] {
+      return snapshot_.write(options.dir, content.step, file_writer_);
+    });
     if (channel->rank() == 0) prune_checkpoints(options.dir, options.keep, committed);
     return committed;
   });

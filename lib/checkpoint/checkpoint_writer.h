@@ -54,7 +54,7 @@ class CheckpointWriter {
   WriterOptions options_;
   int64_t sequence_ = 0;
   HostSnapshot snapshot_;
-  FileWriter file_writer_;  // used by one save at a time
+  FileWriter file_writer_;  // synchronous saves from CPU tensors; one save at a time
   std::shared_future<void> snapshot_taken_;
   bool snapshot_pending_ = false;
   std::future<std::string> in_flight_;

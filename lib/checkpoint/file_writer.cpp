@@ -19,7 +19,7 @@ namespace trainer::checkpoint {
 
 namespace {
 
-constexpr size_t kAlignment = 4096;          // O_DIRECT: addresses, offsets and lengths (any logical block size up to 4 KiB)
+constexpr size_t kAlignment = FileWriter::kAlignment;
 constexpr size_t kChunk = size_t(16) << 20;  // bytes per staging buffer
 constexpr size_t kBuffers = 3;               // one filling, one being written, one spare
 
@@ -100,11 +100,43 @@ struct FileWriter::Staging {
 FileWriter::FileWriter(bool direct) : staging_(std::make_unique<Staging>()), direct_(direct) {}
 FileWriter::~FileWriter() = default;
 
-FileChecksum FileWriter::write(const std::string& path, const std::vector<Piece>& pieces) {
+int FileWriter::open_file(const std::string& path) {
   int fd = direct_ ? ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
   last_direct_ = fd >= 0;
   if (fd < 0 && (!direct_ || errno == EINVAL)) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw io_error(path, "create");
+  return fd;
+}
+
+FileChecksum FileWriter::write_aligned(const std::string& path, void* image, size_t size) {
+  if (reinterpret_cast<uintptr_t>(image) % kAlignment != 0)
+    throw std::logic_error(fmt::format("{}: write_aligned needs a buffer aligned to {} bytes", path, kAlignment));
+  const int fd = open_file(path);
+  FileChecksum sum;
+  sum.bytes = size;
+  std::thread checksum([&] { sum.crc32 = crc32_update(0, image, size); });
+  std::exception_ptr failure;
+  try {
+    if (last_direct_) {
+      const size_t padded = (size + kAlignment - 1) / kAlignment * kAlignment;
+      std::memset(static_cast<char*>(image) + size, 0, padded - size);
+      write_all_at(fd, static_cast<const char*>(image), padded, 0, path);
+      if (::ftruncate(fd, off_t(size)) != 0) throw io_error(path, "truncate");
+    } else {
+      write_all_at(fd, static_cast<const char*>(image), size, 0, path);
+    }
+    if (::fsync(fd) != 0) throw io_error(path, "fsync");
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  checksum.join();
+  if (::close(fd) != 0 && !failure) failure = std::make_exception_ptr(io_error(path, "close"));
+  if (failure) std::rethrow_exception(failure);
+  return sum;
+}
+
+FileChecksum FileWriter::write(const std::string& path, const std::vector<Piece>& pieces) {
+  const int fd = open_file(path);
   FileChecksum sum;
   std::exception_ptr failure;
   try {

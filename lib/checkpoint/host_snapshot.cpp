@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -12,30 +13,46 @@
 namespace trainer::checkpoint {
 
 struct HostSnapshot::Impl {
-  std::vector<at::Tensor> buffers;    // host copies, reused across saves
-  std::vector<at::Tensor> originals;  // the tensors of the save being snapshotted
+  at::Tensor storage;  // bytes; `image` starts at the first aligned address in it
+  char* image = nullptr;
+  size_t capacity = 0;  // usable bytes from `image`
+  bool pinned = false;
+
+  ShardPlan plan;
+  SafetensorsLayout layout;
+  std::vector<at::Tensor> originals;
+
   std::optional<c10::cuda::CUDAStream> side_stream;
   std::optional<at::cuda::CUDAEvent> copies_done;
   bool device_copies_pending = false;
+
+  char* data_of(size_t i) const { return image + layout.prefix.size() + layout.offsets[i]; }
 };
 
 HostSnapshot::HostSnapshot() : impl_(std::make_unique<Impl>()) {}
 HostSnapshot::~HostSnapshot() = default;
 
-void HostSnapshot::prepare(std::vector<TensorRecord>& records) {
+void HostSnapshot::prepare(const std::vector<TensorRecord>& records, int64_t rank) {
   auto& s = *impl_;
+  s.plan = plan_rank_shard(rank, records);
+  s.layout = layout_safetensors(s.plan.file, s.plan.entries, s.plan.metadata);
   s.originals.clear();
-  s.buffers.resize(records.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    const at::Tensor original = records[i].tensor.detach();
-    at::Tensor& buffer = s.buffers[i];
-    const bool pinned = original.is_cuda();
-    if (!buffer.defined() || buffer.sizes() != original.sizes() || buffer.scalar_type() != original.scalar_type() ||
-        buffer.is_pinned() != pinned)
-      buffer = at::empty(original.sizes(), at::TensorOptions().dtype(original.scalar_type()).pinned_memory(pinned));
-    s.originals.push_back(original);
-    records[i].tensor = buffer;
+  bool on_device = false;
+  for (const auto& r : records) {
+    s.originals.push_back(r.tensor.detach());
+    on_device = on_device || r.tensor.is_cuda();
   }
+  constexpr size_t kAlign = FileWriter::kAlignment;
+  const size_t needed = (s.layout.prefix.size() + s.layout.data_bytes + kAlign - 1) / kAlign * kAlign;
+  if (needed > s.capacity || on_device != s.pinned) {
+    s.storage = at::Tensor();  // free the old buffer first
+    s.storage = at::empty({int64_t(needed + kAlign)}, at::TensorOptions().dtype(at::kByte).pinned_memory(on_device));
+    auto* base = static_cast<char*>(s.storage.data_ptr());
+    s.image = base + (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    s.capacity = needed;
+    s.pinned = on_device;
+  }
+  std::memcpy(s.image, s.layout.prefix.data(), s.layout.prefix.size());
 }
 
 void HostSnapshot::start_device_copies() {
@@ -46,19 +63,20 @@ void HostSnapshot::start_device_copies() {
   if (!any) return;
   const c10::DeviceIndex device = c10::cuda::current_device();
   if (!s.side_stream || s.side_stream->device_index() != device) s.side_stream = c10::cuda::getStreamFromPool(false, device);
+  // Contiguous originals, made on the compute stream (parameters and optimizer state already are).
+  for (auto& t : s.originals)
+    if (t.is_cuda()) t = t.contiguous();
   // The side stream starts after everything training queued so far (the parameters are final).
   at::cuda::CUDAEvent queued;
   queued.record(c10::cuda::getCurrentCUDAStream(device));
   queued.block(*s.side_stream);
-  {
-    const c10::cuda::CUDAStreamGuard guard(*s.side_stream);
-    for (size_t i = 0; i < s.originals.size(); ++i) {
-      const at::Tensor& original = s.originals[i];
-      if (!original.is_cuda()) continue;
-      s.buffers[i].copy_(original, /*non_blocking=*/true);
-      // The caching allocator must not reuse the memory before the side stream has read it.
-      c10::cuda::CUDACachingAllocator::recordStream(original.storage().data_ptr(), *s.side_stream);
-    }
+  for (size_t i = 0; i < s.originals.size(); ++i) {
+    const at::Tensor& original = s.originals[i];
+    if (!original.is_cuda()) continue;
+    C10_CUDA_CHECK(cudaMemcpyAsync(s.data_of(i), original.data_ptr(), original.nbytes(), cudaMemcpyDeviceToHost,
+                                   s.side_stream->stream()));
+    // The caching allocator must not reuse the memory before the side stream has read it.
+    c10::cuda::CUDACachingAllocator::recordStream(original.storage().data_ptr(), *s.side_stream);
   }
   s.copies_done.emplace();
   s.copies_done->record(*s.side_stream);
@@ -70,10 +88,12 @@ void HostSnapshot::copy_host_originals() {
   for (size_t i = 0; i < s.originals.size(); ++i) {
     const at::Tensor& original = s.originals[i];
     if (original.is_cuda()) continue;
-    if (original.is_contiguous())
-      std::memcpy(s.buffers[i].data_ptr(), original.data_ptr(), original.nbytes());
-    else
-      s.buffers[i].copy_(original);
+    if (original.is_contiguous()) {
+      std::memcpy(s.data_of(i), original.data_ptr(), original.nbytes());
+    } else {
+      const at::Tensor packed = original.contiguous();
+      std::memcpy(s.data_of(i), packed.data_ptr(), packed.nbytes());
+    }
   }
 }
 
@@ -84,11 +104,17 @@ void HostSnapshot::order_current_stream_after_copies() {
   s.device_copies_pending = false;
 }
 
-void HostSnapshot::wait_device_copies() {
-  // Runs on the writer thread while training may call order_current_stream_after_copies():
-  // both only use the event, which CUDA allows from several threads.
+nlohmann::json HostSnapshot::write(const std::string& dir, int64_t step, FileWriter& writer) {
+  // Runs on the writer thread while training may call order_current_stream_after_copies(): both
+  // only use the event, which CUDA allows from several threads.
   auto& s = *impl_;
   if (s.copies_done) s.copies_done->synchronize();
+  nlohmann::json report = s.plan.report;
+  if (s.originals.empty()) return report;
+  const FileChecksum sum = writer.write_aligned(staging_file(dir, step, s.plan.file), s.image,
+                                                s.layout.prefix.size() + s.layout.data_bytes);
+  report["file"] = {{"name", s.plan.file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}};
+  return report;
 }
 
 }  // namespace trainer::checkpoint

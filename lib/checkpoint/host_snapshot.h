@@ -1,14 +1,18 @@
 #pragma once
-// The snapshot of an asynchronous save (DataStates-LLM, REFERENCES.md): host copies of the
-// checkpoint's tensors that training cannot change, taken lazily. GPU tensors are copied into
-// pinned buffers on a side stream; CPU tensors are copied by the background writer thread. Either
-// way training only has to wait before the next optimizer step modifies parameters and optimizer
-// state (forward and backward only read them). Buffers are reused from save to save, so a snapshot
-// costs one copy and no allocation.
+// The snapshot of an asynchronous save (DataStates-LLM, REFERENCES.md), taken straight into this
+// rank's shard file as it will be on disk: the safetensors header, then every tensor's bytes, in
+// one page-aligned host buffer (pinned when tensors live on a GPU) that is reused from save to
+// save. GPU tensors are copied into it on a side stream; CPU tensors are copied by the background
+// writer thread; the buffer is then written with O_DIRECT as it is. So a save costs one copy from
+// the training tensors to host memory and one DMA to the disk, and no allocation after the first.
+//
+// Training only has to wait before the next optimizer step modifies parameters and optimizer
+// state (forward and backward only read them).
 #include <memory>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/file_writer.h"
 
 namespace trainer::checkpoint {
 
@@ -19,18 +23,19 @@ class HostSnapshot {
   HostSnapshot(const HostSnapshot&) = delete;
   HostSnapshot& operator=(const HostSnapshot&) = delete;
 
-  // Points every record at a host buffer of its shape and dtype (the previous save's when they
-  // match) and remembers the originals. The buffers must not be in use (the previous save is done).
-  void prepare(std::vector<TensorRecord>& records);
+  // Lays out rank `rank`'s shard file for `records` in the buffer (grown when too small) and
+  // remembers the originals. The buffer must not be in use (the previous save is done).
+  void prepare(const std::vector<TensorRecord>& records, int64_t rank);
   // GPU originals: queues their copies on a side stream, after the work queued so far. Returns at once.
   void start_device_copies();
-  // CPU originals: copies them on the calling thread (single-threaded memcpy, so a background
+  // CPU originals: copies them on the calling thread (single-threaded memcpy, so that a background
   // thread does not compete with training's thread pool).
   void copy_host_originals();
   // Makes the current CUDA stream wait for the device copies (no host wait).
   void order_current_stream_after_copies();
-  // Blocks the calling thread until the device copies are done.
-  void wait_device_copies();
+  // Waits for the device copies, then writes the file into DIR/step-NNNNNNNN.tmp/ (fsynced) and
+  // returns the rank's report for the commit (see write_rank_shard).
+  nlohmann::json write(const std::string& dir, int64_t step, FileWriter& writer);
 
  private:
   struct Impl;

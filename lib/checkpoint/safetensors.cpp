@@ -27,27 +27,40 @@ const std::map<c10::ScalarType, std::string>& dtype_names() {
 
 }  // namespace
 
-FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
-                               const std::map<std::string, std::string>& metadata, FileWriter* writer) {
+SafetensorsLayout layout_safetensors(const std::string& path, const std::vector<SafetensorsMeta>& entries,
+                                     const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> cpu;
-  uint64_t offset = 0;
+  SafetensorsLayout layout;
   for (const auto& e : entries) {
-    at::Tensor t = e.tensor.detach().to(at::kCPU).contiguous();
-    const auto it = dtype_names().find(t.scalar_type());
+    const auto it = dtype_names().find(e.dtype);
     if (it == dtype_names().end()) throw std::runtime_error(fmt::format("{}: unsupported dtype for {}", path, e.name));
     if (header.contains(e.name)) throw std::runtime_error(fmt::format("{}: tensor {} given twice", path, e.name));
-    const uint64_t bytes = t.nbytes();
-    header[e.name] = {{"dtype", it->second}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    cpu.push_back(t);
+    int64_t numel = 1;
+    for (auto d : e.shape) numel *= d;
+    const uint64_t bytes = uint64_t(numel) * c10::elementSize(e.dtype);
+    header[e.name] = {{"dtype", it->second}, {"shape", e.shape}, {"data_offsets", {layout.data_bytes, layout.data_bytes + bytes}}};
+    layout.offsets.push_back(layout.data_bytes);
+    layout.data_bytes += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes
   const uint64_t length = text.size();
+  layout.prefix.assign(reinterpret_cast<const char*>(&length), 8);  // little-endian hosts only (x86-64, aarch64)
+  layout.prefix += text;
+  return layout;
+}
 
-  std::vector<FileWriter::Piece> pieces = {{&length, 8}, {text.data(), text.size()}};  // little-endian hosts only
+FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                               const std::map<std::string, std::string>& metadata, FileWriter* writer) {
+  std::vector<at::Tensor> cpu;
+  std::vector<SafetensorsMeta> meta;
+  for (const auto& e : entries) {
+    cpu.push_back(e.tensor.detach().to(at::kCPU).contiguous());
+    meta.push_back({e.name, cpu.back().scalar_type(), cpu.back().sizes().vec()});
+  }
+  const SafetensorsLayout layout = layout_safetensors(path, meta, metadata);
+  std::vector<FileWriter::Piece> pieces = {{layout.prefix.data(), layout.prefix.size()}};
   for (const auto& t : cpu) pieces.push_back({t.data_ptr(), t.nbytes()});
   FileWriter local;
   return (writer ? *writer : local).write(path, pieces);

@@ -18,6 +18,25 @@ struct SafetensorsEntry {
   at::Tensor tensor;  // any device; written as its bytes
 };
 
+// What a file's header says about one tensor.
+struct SafetensorsMeta {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+// Where everything goes in a file: `prefix` (the 8-byte header length and the JSON header, padded
+// to 8 bytes) comes first, then each tensor's bytes at prefix.size() + offsets[i], packed.
+struct SafetensorsLayout {
+  std::string prefix;
+  std::vector<uint64_t> offsets;
+  uint64_t data_bytes = 0;
+};
+
+// Throws std::runtime_error naming `path` for an unsupported dtype or a repeated name.
+SafetensorsLayout layout_safetensors(const std::string& path, const std::vector<SafetensorsMeta>& entries,
+                                     const std::map<std::string, std::string>& metadata);
+
 // Writes the file and fsyncs it; returns its size and CRC-32, computed while writing (no second
 // read). `writer` (reused for its staging buffers) may be null. Throws std::runtime_error naming
 // the file on I/O failure.

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "checkpoint/file_writer.h"
@@ -54,4 +56,22 @@ TEST_CASE("FileWriter names the file when it cannot be created", "[checkpoint]")
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()).find(path) != std::string::npos);
   }
+}
+
+TEST_CASE("FileWriter writes an aligned image as it is", "[checkpoint]") {
+  test::TempDir dir;
+  const bool direct = GENERATE(true, false);
+  const size_t size = (5 << 20) + 1234, room = (size + 4095) / 4096 * 4096;
+  void* image = nullptr;
+  REQUIRE(::posix_memalign(&image, checkpoint::FileWriter::kAlignment, room) == 0);
+  const at::Tensor bytes = at::randint(0, 255, {int64_t(size)}, at::kByte);
+  std::memcpy(image, bytes.data_ptr(), size);
+  checkpoint::FileWriter writer(direct);
+  const std::string path = dir.path() + "/image.bin";
+  const FileChecksum sum = writer.write_aligned(path, image, size);
+  if (!direct) CHECK_FALSE(writer.last_was_direct());
+  CHECK(sum.bytes == size);
+  CHECK(sum.crc32 == crc32_update(0, bytes.data_ptr(), size));
+  CHECK(test::read_file(path) == std::string(static_cast<const char*>(bytes.data_ptr()), size));
+  std::free(image);
 }
