@@ -24,10 +24,6 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
   return crc;
 }
 
-uint32_t crc32_concat(uint32_t first, uint32_t second, uint64_t second_size) {
-  return static_cast<uint32_t>(::crc32_combine(first, second, static_cast<z_off_t>(second_size)));
-}
-
 FileChecksum checksum_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));

@@ -10,10 +10,6 @@ namespace trainer {
 // Continues a running CRC (start with 0).
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
 
-// The CRC-32 of A followed by B from the CRC-32s of A and B and B's length, so that pieces of a
-// file can be checksummed in parallel.
-uint32_t crc32_concat(uint32_t first, uint32_t second, uint64_t second_size);
-
 // The CRC-32 and size of a whole file; throws std::runtime_error naming it when it cannot be read.
 struct FileChecksum {
   uint64_t bytes = 0;
