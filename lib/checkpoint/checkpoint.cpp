@@ -25,6 +25,9 @@ namespace {
 
 std::string step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
+// Where a step's files are written before the commit renames the directory into place.
+fs::path staging_dir(const std::string& dir, int64_t step) { return fs::path(dir) / (step_name(step) + ".tmp"); }
+
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
@@ -94,8 +97,6 @@ TensorRecord TensorRecord::flat(std::string name, at::Tensor data, std::vector<i
   return r;
 }
 
-std::string step_directory_name(int64_t step) { return step_name(step); }
-
 ShardPlan plan_rank_shard(int64_t rank, const std::vector<TensorRecord>& records) {
   ShardPlan plan;
   plan.report = {{"file", nullptr}, {"tensors", nlohmann::json::object()}};
@@ -121,7 +122,7 @@ ShardPlan plan_rank_shard(int64_t rank, const std::vector<TensorRecord>& records
 }
 
 std::string staging_file(const std::string& dir, int64_t step, const std::string& file) {
-  const fs::path staging = fs::path(dir) / (step_name(step) + ".tmp");
+  const fs::path staging = staging_dir(dir, step);
   fs::create_directories(staging);  // a stale file of the same name is truncated when written
   return (staging / file).string();
 }
@@ -141,7 +142,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointContent& c
                               const std::vector<nlohmann::json>& reports) {
   const fs::path root(dir);
   const fs::path final_dir = root / step_name(content.step);
-  const fs::path staging = root / (step_name(content.step) + ".tmp");
+  const fs::path staging = staging_dir(dir, content.step);
   fs::create_directories(staging);
   nlohmann::json files = nlohmann::json::array();
   nlohmann::json tensors = nlohmann::json::object();
@@ -185,7 +186,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointContent& c
 }
 
 void discard_staging(const std::string& dir, int64_t step) {
-  remove_tree((fs::path(dir) / (step_name(step) + ".tmp")).string());
+  remove_tree(staging_dir(dir, step).string());
 }
 
 void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect) {
@@ -194,22 +195,6 @@ void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& 
   while (static_cast<int64_t>(steps.size()) > keep) {
     if (fs::path(protect) != steps.front()) remove_tree(steps.front().string());
     steps.erase(steps.begin());
-  }
-}
-
-std::string save_checkpoint(const std::string& dir, const CheckpointContent& content, int64_t keep) {
-  try {
-    const nlohmann::json report = write_rank_shard(dir, content.step, 0, content.tensors);
-    const std::string committed = commit_checkpoint(dir, content, {report});
-    prune_checkpoints(dir, keep, committed);
-    return committed;
-  } catch (...) {
-    // Leave no half-written directory behind; committed checkpoints and `latest` are untouched.
-    try {
-      discard_staging(dir, content.step);
-    } catch (...) {
-    }
-    throw;
   }
 }
 

@@ -55,8 +55,6 @@ struct CheckpointContent {
   std::vector<TensorRecord> tensors;  // what this rank writes
 };
 
-std::string step_directory_name(int64_t step);  // "step-00000100"
-
 // How a rank's records go into its shard file: the file's name, each record's key in the file
 // (the name, or "name#1", ... for further pieces of the same tensor), the header entries, and the
 // rank's report for the manifest without the file's size and checksum (report["file"] is null
@@ -91,9 +89,6 @@ void discard_staging(const std::string& dir, int64_t step);
 
 // Deletes committed checkpoints beyond the newest `keep` (0: keep all), oldest first, never `protect`.
 void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect);
-
-// A whole save by a single process: write_rank_shard + commit_checkpoint + prune_checkpoints.
-std::string save_checkpoint(const std::string& dir, const CheckpointContent& content, int64_t keep);
 
 // The newest committed checkpoint under DIR (by `latest`, else the highest step directory that
 // has a manifest), or nothing. Step directories without a manifest are skipped with a warning.

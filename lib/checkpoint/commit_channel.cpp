@@ -14,7 +14,6 @@ namespace {
 class SingleProcessChannel final : public CommitChannel {
  public:
   int64_t rank() const override { return 0; }
-  int64_t world_size() const override { return 1; }
   void report(int64_t, const nlohmann::json& report) override { last_ = report; }
   std::vector<nlohmann::json> collect(int64_t) override { return {last_}; }
 
@@ -27,7 +26,6 @@ class StoreChannel final : public CommitChannel {
   StoreChannel(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size, std::chrono::seconds timeout)
       : store_(std::move(store)), rank_(rank), world_size_(world_size), timeout_(timeout) {}
   int64_t rank() const override { return rank_; }
-  int64_t world_size() const override { return world_size_; }
 
   void report(int64_t sequence, const nlohmann::json& report) override {
     const std::string text = report.dump();

@@ -20,7 +20,6 @@ class CommitChannel {
  public:
   virtual ~CommitChannel() = default;
   virtual int64_t rank() const = 0;
-  virtual int64_t world_size() const = 0;
   // Publishes this rank's report for save number `sequence` (every rank counts saves alike).
   virtual void report(int64_t sequence, const nlohmann::json& report) = 0;
   // Rank 0: every rank's report for `sequence`, in rank order. Throws std::runtime_error naming

@@ -71,13 +71,21 @@ void OptimizerDriver::zero_grad() {
 
 int64_t OptimizerDriver::steps_taken() const { return zero1_ ? zero1_->steps_taken() : adamw_->steps_taken(); }
 
+namespace {
+
+// "optimizer.<kind>.<parameter>" -> "<parameter>" (the names optim::AdamW::state() gives).
+std::string parameter_of_state(const std::string& state_name) {
+  return state_name.substr(state_name.find('.', std::string("optimizer.").size()) + 1);
+}
+
+}  // namespace
+
 std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() const {
   if (zero1_) return zero1_->checkpoint_records();
   std::vector<checkpoint::TensorRecord> out;
   for (const auto& s : adamw_->state()) {
-    // "optimizer.<kind>.<parameter>": the state has the parameter's slice's shape (steps: a scalar).
-    const std::string param = s.name.substr(s.name.find('.', std::string("optimizer.").size()) + 1);
-    const model::Parameter* p = model_.parameters().find(param);
+    // The state has the parameter's slice's shape (steps: a scalar).
+    const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
     auto record = s.tensor.dim() == 0 || !p ? checkpoint::TensorRecord::whole(s.name, s.tensor)
                                             : checkpoint::TensorRecord::slice(s.name, s.tensor, p->global_shape, p->offsets());
     record.replicated = true;
@@ -94,8 +102,7 @@ void OptimizerDriver::load_state(const parallel::StateReader& read, int64_t step
     return;
   }
   for (const auto& s : adamw_->state()) {
-    const std::string param = s.name.substr(s.name.find('.', std::string("optimizer.").size()) + 1);
-    const model::Parameter* p = model_.parameters().find(param);
+    const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
     const bool sliced = s.tensor.dim() > 0 && p;
     const auto stored = read(s.name, sliced ? p->offsets() : std::vector<int64_t>(size_t(s.tensor.dim()), 0),
                              s.tensor.sizes().vec());

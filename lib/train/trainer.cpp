@@ -306,7 +306,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   summary.steps_completed = progress.step;
   if (writer) {
     summary.last_checkpoint = writer->wait();
-    if (rank0) say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
+    say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
   }
   return summary;
 }

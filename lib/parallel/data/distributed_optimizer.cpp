@@ -8,6 +8,11 @@
 
 namespace trainer::parallel {
 
+namespace {
+// Checkpoint names of the three shard buffers, indexed like DistributedOptimizer's Buffer.
+constexpr const char* kStateNames[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+}  // namespace
+
 DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params,
                                            const recipe::OptimizerConfig& config)
     : buckets_(buckets), params_(params), config_(config) {
@@ -80,14 +85,13 @@ void DistributedOptimizer::step(double lr) {
 }
 
 std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records() const {
-  const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
   const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
   std::vector<checkpoint::TensorRecord> out;
   for (const Fragment& fr : fragments_) {
     const auto& p = params_[fr.param];
     for (int k = 0; k < 3; ++k) {
       if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
-      out.push_back(checkpoint::TensorRecord::flat(names[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length),
+      out.push_back(checkpoint::TensorRecord::flat(kStateNames[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length),
                                                    p.global_shape, p.offsets(), p.tensor.sizes().vec(), fr.param_offset));
     }
   }
@@ -101,12 +105,11 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
 
 void DistributedOptimizer::load_state(const StateReader& read) {
   at::NoGradGuard no_grad;
-  const char* names[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
   for (size_t f = 0; f < fragments_.size(); ++f) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];
     for (int k = 0; k < 3; ++k) {
-      const std::optional<at::Tensor> stored = read(names[k] + p.name, p.offsets(), p.tensor.sizes().vec());
+      const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.tensor.sizes().vec());
       const at::Tensor source = stored ? *stored : (k == kMaster ? p.tensor.detach() : at::Tensor());
       if (!source.defined()) continue;
       shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, fr.length));
