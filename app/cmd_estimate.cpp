@@ -16,7 +16,7 @@ CommandAction add_estimate_command(CLI::App& parent) {
   add_set_option(*command, options->overrides);
   command->add_option("--world-size", options->world_size,
                       "Number of GPUs (default: parallel.dp's, or the smallest valid mesh)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--gpu", options->gpu, "GPU profile (overrides hardware.gpu): h100-sxm, h100-pcie, h200, "
                                              "a100-80g, a100-40g, b200");
   command->add_option("--gpu-profile", options->gpu_profile,

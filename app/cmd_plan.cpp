@@ -18,6 +18,7 @@ struct PlanOptions {
   int64_t gpus = 0;
   int64_t top = 10;
   double margin = 0.05;
+  bool all = false;
   bool json = false;
 };
 
@@ -29,11 +30,13 @@ int run_plan(const PlanOptions& options) {
     load.overrides.push_back("hardware.gpu=" + options.gpu);
   }
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+  recipe::print_warnings(loaded, stderr);
   const estimate::HardwareProfile gpu = estimate::resolve_profile(loaded.recipe, options.gpu, options.gpu_profile);
   estimate::PlanOptions plan;
   plan.gpus = options.gpus;
   plan.top = options.top;
   plan.memory_margin = options.margin;
+  plan.runnable_only = !options.all;
   const estimate::PlanResult result = estimate::plan_search(loaded.recipe, gpu, plan);
   if (options.json)
     std::fputs((estimate::plan_json(result, gpu, plan, options.recipe_path).dump(2) + "\n").c_str(), stdout);
@@ -50,13 +53,15 @@ CommandAction add_plan_command(CLI::App& parent) {
       "plan", "Search tp/pp/cp/ep/dp, micro-batch, recompute and ZeRO for the fastest configuration that fits");
   command->add_option("recipe", options->recipe_path, "Recipe JSON file")->required();
   add_set_option(*command, options->overrides);
-  command->add_option("--gpus", options->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
+  command->add_option("--gpus", options->gpus, "Number of GPUs")->required()->check(positive_integer());
   command->add_option("--gpu", options->gpu, "GPU profile (overrides hardware.gpu)");
   command->add_option("--gpu-profile", options->gpu_profile, "JSON file overriding fields of the GPU profile");
-  command->add_option("--top", options->top, "How many configurations to print (default 10)")->check(CLI::PositiveNumber);
+  command->add_option("--top", options->top, "How many configurations to print (default 10)")->check(positive_integer());
   command->add_option("--memory-margin", options->margin,
                       "Fraction of device memory kept free (default 0.05: use at most 95%)")
       ->check(CLI::Range(0.0, 0.9));
+  command->add_flag("--all", options->all,
+                    "Also rank layouts this build's `trainer run` cannot train yet (tp, pp, cp, ep > 1, ZeRO-2/3)");
   command->add_flag("--json", options->json, "Machine-readable output (schema in docs/estimator.md)");
   return [options] { return run_plan(*options); };
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "commands.h"
@@ -12,6 +13,8 @@
 #include "estimate/estimate_command.h"
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
+#include "recipe/runtime_support.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/launch_env.h"
 #include "runtime/local_launcher.h"
 #include "runtime/rendezvous.h"
@@ -33,15 +36,7 @@ struct RunOptions {
 
 // Parallel features whose runtime has not landed yet are refused before anything starts.
 void check_supported(const recipe::Recipe& r, const std::string& source) {
-  std::vector<std::string> problems;
-  const auto& p = r.parallel;
-  for (auto [name, value] : {std::pair{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}})
-    if (value != 1)
-      problems.push_back(fmt::format("parallel.{}={}: this build trains with data parallelism only (tp, pp, cp, ep "
-                                     "and etp must be 1); `trainer validate` and the estimator accept it",
-                                     name, value));
-  if (p.zero > 1)
-    problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", p.zero));
+  const std::vector<std::string> problems = recipe::runtime_support_problems(r);
   if (!problems.empty()) throw RecipeError(source, problems);
 }
 
@@ -51,6 +46,12 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   load.world_size = env.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
   check_supported(loaded.recipe, loaded.source);
+  if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
+  const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
+  at::set_num_threads(threads.threads);
+  if (env.rank == 0 && env.world_size > 1)
+    std::printf("threads: %d intra-op thread%s per worker (%s; set OMP_NUM_THREADS to choose)\n", threads.threads,
+                threads.threads == 1 ? "" : "s", threads.reason.c_str());
   runtime::StopSignal::install();
 
   std::unique_ptr<mesh::ProcessGroups> groups;
@@ -75,7 +76,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   train_options.force_cpu = options.cpu;
   train_options.local_rank = env.local_rank;
   const train::TrainSummary summary = train::train(loaded, *groups, train_options);
-  if (env.rank == 0)
+  if (env.rank == 0 && !summary.nothing_to_do)
     std::printf("%s after step %lld of %lld; last loss %.4f%s\n", summary.stopped_by_signal ? "stopped" : "finished",
                 (long long)summary.steps_completed, (long long)loaded.recipe.training.steps, summary.last_loss,
                 summary.last_checkpoint.empty() ? "" : fmt::format("; checkpoint {}", summary.last_checkpoint).c_str());
@@ -90,7 +91,9 @@ int run_training(const RunOptions& options) {
     request.recipe_path = options.recipe_path;
     request.overrides = options.overrides;
     request.world_size = env.world_size > 1 ? env.world_size : (options.nproc_per_node > 1 ? options.nproc_per_node : 0);
-    request.cpu = options.cpu;
+    // What `run` would do here: on a machine without a GPU it trains on the CPU.
+    request.cpu = options.cpu || !at::hasCUDA();
+    request.world_size_option = "--nproc-per-node";
     return estimate::run_estimate_command(request, stdout);
   }
   if (env.launcher == "none" && options.nproc_per_node > 1) {
@@ -113,8 +116,11 @@ int run_training(const RunOptions& options) {
   try {
     return run_worker(options, env);
   } catch (const UserError& e) {
-    std::fprintf(stderr, "rank %lld: error: %s\n", (long long)env.rank, e.what());
+    std::fprintf(stderr, "%s\n", prefix_lines(e.what(), fmt::format("rank {}: error: ", env.rank)).c_str());
     return kExitUsageError;
+  } catch (const TrainingFailure& e) {
+    std::fprintf(stderr, "rank %lld: training failed: %s\n", (long long)env.rank, e.what());
+    return kExitRuntimeFailure;
   } catch (const std::exception& e) {
     const std::string text = e.what();
     std::fprintf(stderr, "%s%s\n", text.rfind("rank ", 0) == 0 ? "" : fmt::format("rank {}: ", env.rank).c_str(),
@@ -133,7 +139,7 @@ CommandAction add_run_command(CLI::App& parent) {
   add_set_option(*command, options->overrides);
   command->add_option("--nproc-per-node", options->nproc_per_node,
                       "Without a launcher, start this many local workers (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_flag("--dry-run", options->dry_run, "Predict memory and step time (same as `trainer estimate`)");
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
   return [options] {

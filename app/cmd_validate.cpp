@@ -69,19 +69,23 @@ int run_validate(const ValidateOptions& options) {
   load.overrides = options.overrides;
   if (options.world_size > 0) load.world_size = options.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+  recipe::print_warnings(loaded, stderr);
   if (options.json) {
     nlohmann::json out = {{"recipe", loaded.resolved}, {"mesh", nullptr}};
     if (loaded.mesh) out["mesh"] = mesh_json(*loaded.mesh);
     std::fputs((out.dump(2) + "\n").c_str(), stdout);
     return 0;
   }
-  std::fputs((loaded.resolved.dump(2) + "\n").c_str(), stdout);
+  // One format per mode: with a mesh, text mode prints the mesh (--json prints recipe and mesh as
+  // one document); without one, the resolved recipe, which is JSON by nature.
   if (loaded.mesh)
-    std::fputs(("\n" + mesh_text(*loaded.mesh, loaded.recipe.training.micro_batch_size) + groups_text(*loaded.mesh))
-                   .c_str(),
+    std::fputs((mesh_text(*loaded.mesh, loaded.recipe.training.micro_batch_size) + groups_text(*loaded.mesh)).c_str(),
                stdout);
+  else
+    std::fputs((loaded.resolved.dump(2) + "\n").c_str(), stdout);
   std::fputs(fmt::format("{}: valid{}\n", options.recipe_path,
-                         loaded.mesh ? fmt::format(" at world size {}", loaded.mesh->world_size)
+                         loaded.mesh ? fmt::format(" at world size {} (--json also prints the resolved recipe)",
+                                                   loaded.mesh->world_size)
                                      : " (pass --world-size N to check the mesh and batch rules)")
                  .c_str(),
              stderr);
@@ -98,7 +102,7 @@ CommandAction add_validate_command(CLI::App& parent) {
   add_set_option(*command, options->overrides);
   command->add_option("--world-size", options->world_size,
                       "Also check the rules that depend on the world size, and print the mesh")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_flag("--json", options->json, "Print {\"recipe\": ..., \"mesh\": ...} as one JSON document");
   return [options] { return run_validate(*options); };
 }

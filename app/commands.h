@@ -14,6 +14,9 @@ CommandAction add_estimate_command(CLI::App& parent);
 CommandAction add_plan_command(CLI::App& parent);
 CommandAction add_ckpt_command(CLI::App& parent);
 
+// A check for counts (world size, GPUs, workers): "--gpus 0: expected a positive integer".
+CLI::Validator positive_integer();
+
 // --set KEY=VALUE, repeatable; shared by the subcommands that read a recipe.
 void add_set_option(CLI::App& command, std::vector<std::string>& overrides);
 

@@ -4,12 +4,43 @@
 
 #include <cstdio>
 #include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
+#include "recipe/schema.h"
 #include "runtime/build_info.h"
 
 namespace {
+
+// "--steps 10" and the like: CLI11 says "arguments were not expected: 10 --steps" (in reverse).
+// Say which arguments, and when one names a recipe key, the --set that was meant.
+void report_extra_arguments(const std::string& message) {
+  const auto colon = message.find(": ");
+  std::vector<std::string> extras;
+  if (colon != std::string::npos) {
+    std::istringstream words(message.substr(colon + 2));
+    for (std::string word; words >> word;) extras.insert(extras.begin(), word);
+  }
+  std::string hint;
+  for (size_t i = 0; i < extras.size() && hint.empty(); ++i) {
+    if (extras[i].rfind("--", 0) != 0) continue;
+    const std::string name = extras[i].substr(2);
+    for (const auto& spec : trainer::recipe::schema()) {
+      const auto dot = spec.path.rfind('.');
+      if (spec.path.substr(dot == std::string::npos ? 0 : dot + 1) != name) continue;
+      const std::string value = i + 1 < extras.size() ? extras[i + 1] : "VALUE";
+      hint = fmt::format("; recipe values are set with --set, e.g. --set {}={}", spec.path, value);
+      break;
+    }
+  }
+  std::string joined;
+  for (const auto& e : extras) joined += (joined.empty() ? "" : " ") + e;
+  std::fprintf(stderr, "error: unexpected argument%s: %s%s (see --help)\n", extras.size() == 1 ? "" : "s",
+               joined.c_str(), hint.c_str());
+}
 
 int run_main(int argc, char** argv) {
   CLI::App app{"trainer: train Llama- and Mixtral-style language models on many GPUs from one JSON recipe.",
@@ -33,6 +64,9 @@ int run_main(int argc, char** argv) {
     return app.exit(e);  // prints help, exit 0
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    report_extra_arguments(e.what());
+    return trainer::kExitUsageError;
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message
     return trainer::kExitUsageError;
@@ -54,8 +88,11 @@ int main(int argc, char** argv) {
   try {
     return run_main(argc, argv);
   } catch (const trainer::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", trainer::prefix_lines(e.what(), "error: ").c_str());
     return trainer::kExitUsageError;
+  } catch (const trainer::TrainingFailure& e) {
+    std::fprintf(stderr, "training failed: %s\n", e.what());
+    return trainer::kExitRuntimeFailure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return trainer::kExitRuntimeFailure;

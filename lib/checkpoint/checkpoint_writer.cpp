@@ -77,6 +77,17 @@ std::string CheckpointWriter::wait() {
   return last_committed_;
 }
 
+std::optional<std::string> CheckpointWriter::take_committed() {
+  if (in_flight_.valid() && in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    const bool snapshot_pending = snapshot_pending_;
+    wait();
+    snapshot_pending_ = snapshot_pending;  // a finished write has taken its snapshot long ago; keep the flag's meaning
+  }
+  if (last_committed_.empty() || last_committed_ == reported_) return std::nullopt;
+  reported_ = last_committed_;
+  return reported_;
+}
+
 double CheckpointWriter::before_parameter_update() {
   if (!snapshot_pending_) return 0;
   const auto start = std::chrono::steady_clock::now();

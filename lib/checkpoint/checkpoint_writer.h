@@ -17,6 +17,7 @@
 // is reported at the next save() or wait(); the previous committed checkpoint stays intact.
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
@@ -49,6 +50,9 @@ class CheckpointWriter {
   // Waits for the save in flight; returns the directory of the last committed checkpoint (rank 0;
   // other ranks return "").
   std::string wait();
+  // The checkpoint committed since the last call, if any, without waiting (rank 0; others: none).
+  // Throws like wait() when the save in flight failed.
+  std::optional<std::string> take_committed();
 
  private:
   WriterOptions options_;
@@ -59,6 +63,7 @@ class CheckpointWriter {
   bool snapshot_pending_ = false;
   std::future<std::string> in_flight_;
   std::string last_committed_;
+  std::string reported_;  // the last directory take_committed() returned
 };
 
 }  // namespace trainer::checkpoint

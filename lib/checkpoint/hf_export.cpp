@@ -35,15 +35,22 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, const std::string& d
                       {"attention_bias", false},
                       {"mlp_bias", false},
                       {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"}};
+  // RoPE in both layouts: transformers 5 reads rope_parameters, older versions rope_theta and
+  // rope_scaling; both describe the same rotation (read_hf_config checks that they agree).
+  nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
   if (m.rope_scaling) {
     const auto& s = *m.rope_scaling;
-    c["rope_scaling"] = {{"rope_type", s.rope_type}, {"factor", s.factor}};
+    nlohmann::json scaling = {{"rope_type", s.rope_type}, {"factor", s.factor}};
     if (s.rope_type == "llama3") {
-      c["rope_scaling"]["low_freq_factor"] = s.low_freq_factor;
-      c["rope_scaling"]["high_freq_factor"] = s.high_freq_factor;
-      c["rope_scaling"]["original_max_position_embeddings"] = s.original_max_position_embeddings;
+      scaling["low_freq_factor"] = s.low_freq_factor;
+      scaling["high_freq_factor"] = s.high_freq_factor;
+      scaling["original_max_position_embeddings"] = s.original_max_position_embeddings;
     }
+    c["rope_scaling"] = scaling;
+    rope = scaling;
+    rope["rope_theta"] = m.rope_theta;
   }
+  c["rope_parameters"] = rope;
   if (m.moe) {
     const auto& e = *m.moe;
     if (e.num_shared_experts > 0 || int64_t(e.layers.size()) != m.num_hidden_layers || e.capacity_factor)

@@ -13,6 +13,15 @@ std::string join_problems(const std::string& source, const std::vector<std::stri
 }
 }  // namespace
 
+std::string prefix_lines(const std::string& text, const std::string& prefix) {
+  std::string out = prefix;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += prefix;
+  }
+  return out;
+}
+
 RecipeError::RecipeError(std::string source, std::vector<std::string> problems)
     : UserError(join_problems(source, problems)), source_(std::move(source)), problems_(std::move(problems)) {}
 

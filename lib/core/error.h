@@ -17,6 +17,13 @@ class UserError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Training itself failed (the loss or the gradients diverged): neither bad input nor a bug of
+// trainer. Reported as "training failed: ..." with exit code 1; the message says what to try.
+class TrainingFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Several problems found in one pass over a recipe, reported together.
 class RecipeError : public UserError {
  public:
@@ -28,5 +35,9 @@ class RecipeError : public UserError {
   std::string source_;
   std::vector<std::string> problems_;
 };
+
+// "error: " (or any prefix) before every line of `text`, so that each problem of a multi-line
+// message reads the same: "error: r.json: model.x ...\nerror: r.json: parallel.y ...".
+std::string prefix_lines(const std::string& text, const std::string& prefix);
 
 }  // namespace trainer

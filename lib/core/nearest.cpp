@@ -25,6 +25,14 @@ std::string nearest_candidate(const std::string& word, const std::vector<std::st
     return s;
   };
   const std::string lowered = lower(word);
+  // A word that begins a candidate is an abbreviation of it ("h100" for "h100-sxm"), however far
+  // the edit distance; the shortest such candidate is meant.
+  std::string prefixed;
+  for (const auto& candidate : candidates)
+    if (!lowered.empty() && lower(candidate).rfind(lowered, 0) == 0 && lowered != lower(candidate) &&
+        (prefixed.empty() || candidate.size() < prefixed.size()))
+      prefixed = candidate;
+  if (!prefixed.empty()) return prefixed;
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const auto& candidate : candidates) {

@@ -42,12 +42,13 @@ int run_estimate_command(const EstimateRequest& request, std::FILE* out) {
   if (!loaded.mesh) {
     const int64_t world = smallest_world_size(loaded.recipe);
     if (world == 0)
-      throw UserError(fmt::format("{}: no world size makes a valid mesh of this recipe; pass --world-size N",
-                                  request.recipe_path));
+      throw UserError(fmt::format("{}: no world size makes a valid mesh of this recipe; pass {} N",
+                                  request.recipe_path, request.world_size_option));
     load.world_size = world;
     loaded = recipe::load_recipe(request.recipe_path, load);
-    note = "the smallest valid world size; pass --world-size N for another";
+    note = fmt::format("the smallest valid world size; pass {} N for another", request.world_size_option);
   }
+  recipe::print_warnings(loaded, stderr);
   HardwareProfile gpu;
   if (!request.cpu) gpu = resolve_profile(loaded.recipe, request.gpu, request.gpu_profile);
   EstimateOptions options;

@@ -20,6 +20,7 @@ struct EstimateRequest {
   bool cpu = false;                    // predict `trainer run --cpu`: memory only
   bool json = false;
   bool fused_kernels = false;          // --fused-kernels: time with fused memory-bound kernels
+  std::string world_size_option = "--world-size";  // how hints name the world size (run: --nproc-per-node)
 };
 
 // The smallest world size at which `recipe` (dp left at -1) is a valid mesh: a multiple of

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "estimate/report.h"
 #include "recipe/mesh_shape.h"
+#include "recipe/runtime_support.h"
 #include "recipe/validate.h"
 
 namespace trainer::estimate {
@@ -111,7 +112,10 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
         std::vector<int64_t> etps = {tp};
         if (m.moe && tp > 1) etps.push_back(1);
         for (int64_t mbs : mbss) {
-          if (gbs % (mbs * dp) != 0) continue;
+          if (gbs % (mbs * dp) != 0) {
+            ++result.batch_splits_skipped;
+            continue;
+          }
           const int64_t micro = gbs / (mbs * dp);
           if (pp > 1 && micro < pp) continue;
           for (int64_t vpp : vpps) {
@@ -139,8 +143,16 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     r.training.micro_batch_size = mbs;
                     r.training.global_batch_size = gbs;
                     r.training.recompute = recompute;
-                    if (!recipe::validate_recipe(r, N).empty()) continue;
+                    if (const auto problems = recipe::validate_recipe(r, N); !problems.empty()) {
+                      if (result.first_invalid.empty()) result.first_invalid = problems.front();
+                      continue;
+                    }
                     ++result.valid;
+                    const bool runnable = recipe::runtime_support_problems(r).empty();
+                    if (!runnable && options.runnable_only) {
+                      ++result.not_runnable;
+                      continue;
+                    }
                     const recipe::MeshShape mesh = recipe::mesh_shape(r, N);
                     JobEstimate e = estimate_job(r, mesh, &gpu, memory_only, &cache);
                     if (e.device_total_bytes > limit) continue;
@@ -151,6 +163,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     PlanCandidate c;
                     c.estimate = std::move(e);
                     c.recipe = r;
+                    c.runnable = runnable;
                     kept.push_back(std::move(c));
                     std::push_heap(kept.begin(), kept.end(), by_speed);
                     if (int64_t(kept.size()) > top) {
@@ -198,6 +211,7 @@ nlohmann::json plan_json(const PlanResult& result, const HardwareProfile& gpu, c
         {"tokens_per_s_per_gpu", e.tokens_per_s_per_gpu},
         {"tflops_per_gpu", e.tflops_per_gpu},
         {"mfu", e.mfu},
+        {"runnable", c.runnable},
         {"overrides", c.overrides},
     });
   }
@@ -210,6 +224,8 @@ nlohmann::json plan_json(const PlanResult& result, const HardwareProfile& gpu, c
           {"memory_limit_bytes", (1.0 - options.memory_margin) * gpu.memory_bytes},
           {"considered", result.considered},
           {"valid", result.valid},
+          {"not_runnable", result.not_runnable},
+          {"runnable_only", options.runnable_only},
           {"fitting", result.fitting},
           {"search_seconds", result.seconds},
           {"configurations", configurations}};
@@ -222,17 +238,33 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
   line(fmt::format("plan for {} on {} x {} (global batch {} sequences; memory limit {:.0f}% of {} = {})", recipe_path,
                    options.gpus, gpu.name, result.global_batch_size, 100 * (1 - options.memory_margin),
                    format_bytes(gpu.memory_bytes), format_bytes((1 - options.memory_margin) * gpu.memory_bytes)));
-  line(fmt::format("considered {} combinations of tp, cp, pp, vpp, ep, etp, micro-batch, recompute and ZeRO: {} valid, {} fit "
-                   "({:.2f} s)",
-                   result.considered, result.valid, result.fitting, result.seconds));
+  line(fmt::format("considered {} combination{} of tp, cp, pp, vpp, ep, etp, micro-batch, recompute and ZeRO: {} valid{}, "
+                   "{} fit ({:.2f} s)",
+                   result.considered, result.considered == 1 ? "" : "s", result.valid,
+                   result.not_runnable ? fmt::format(" ({} of them need tp, pp, cp, ep > 1 or ZeRO-2/3, which this "
+                                                     "build's `trainer run` cannot train yet; --all shows them)",
+                                                     result.not_runnable)
+                                       : "",
+                   result.fitting, result.seconds));
   if (result.best.empty()) {
-    line("no configuration fits; try more GPUs, a smaller micro-batch or sequence, or a GPU with more memory");
+    if (result.considered == 0)
+      line(fmt::format("no layout splits the global batch of {} sequences: it must be a multiple of micro_batch_size x "
+                       "dp, where dp = {} GPUs / (tp x cp x pp); set training.global_batch_size to a multiple of {} "
+                       "(or of the data-parallel size you want)",
+                       result.global_batch_size, options.gpus, options.gpus));
+    else if (result.valid == 0)
+      line(fmt::format("no combination passes the recipe's rules; the first problem: {}", result.first_invalid));
+    else if (result.fitting == 0 && result.not_runnable > 0)
+      line("nothing this build can run fits; try --all for layouts with tensor or pipeline parallelism, more GPUs, a "
+           "smaller micro-batch or sequence, or a GPU with more memory");
+    else
+      line("no configuration fits; try more GPUs, a smaller micro-batch or sequence, or a GPU with more memory");
     return out;
   }
   line("");
-  line(fmt::format("{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>5} {:>4} {:>9} {:>4} {:>16} {:>10} {:>9} {:>10} {:>8} {:>6}",
+  line(fmt::format("{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>5} {:>4} {:>9} {:>4} {:>16} {:>10} {:>9} {:>10} {:>8} {:>6}{}",
                    "#", "tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "recompute", "zero", "schedule", "memory",
-                   "step", "tokens/s", "per GPU", "MFU"));
+                   "step", "tokens/s", "per GPU", "MFU", options.runnable_only ? "" : "  runs here"));
   int rank = 0;
   for (const auto& c : result.best) {
     const auto& p = c.recipe.parallel;
@@ -242,7 +274,8 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
                      ++rank, p.tp, p.cp, p.pp, p.vpp, p.ep, p.etp, e.mesh.dp, c.recipe.training.micro_batch_size,
                      c.recipe.training.recompute, p.zero, p.pp > 1 ? p.pipeline_schedule : "-",
                      format_bytes(e.device_total_bytes), e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu,
-                     100 * e.mfu));
+                     100 * e.mfu) +
+         (options.runnable_only ? "" : c.runnable ? "  yes" : "  not yet"));
   }
   line("");
   std::string sets;

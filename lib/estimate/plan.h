@@ -19,18 +19,25 @@ struct PlanOptions {
   int64_t gpus = 0;
   int64_t top = 10;
   double memory_margin = 0.05;  // keep device_total_bytes <= (1 - margin) * device memory
+  // Only configurations this build's `trainer run` accepts (recipe/runtime_support.h); false also
+  // ranks those that need dimensions not yet implemented (marked as such).
+  bool runnable_only = true;
 };
 
 struct PlanCandidate {
   recipe::Recipe recipe;           // the recipe with this configuration's parallel and training knobs
   JobEstimate estimate;
   std::vector<std::string> overrides;  // --set KEY=VALUE that turn the input recipe into this one
+  bool runnable = true;                // this build's `trainer run` accepts it
 };
 
 struct PlanResult {
   std::vector<PlanCandidate> best;  // at most `top`, fastest first
   int64_t global_batch_size = 0;
   int64_t considered = 0;           // combinations enumerated
+  int64_t batch_splits_skipped = 0; // layouts whose dp cannot split the global batch into micro-batches
+  int64_t not_runnable = 0;         // valid, but this build's `trainer run` cannot train them (skipped)
+  std::string first_invalid;        // the first validation problem, when none was valid
   int64_t valid = 0;                // of which validate_recipe accepted
   int64_t fitting = 0;              // of which fit in memory
   double seconds = 0;               // search time

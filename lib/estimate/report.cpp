@@ -1,4 +1,5 @@
 #include "estimate/report.h"
+#include "core/plural.h"
 
 #include <fmt/format.h>
 
@@ -179,8 +180,8 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
                    c.world_size_note.empty() ? "" : " (" + c.world_size_note + ")"));
   if (c.recipe) {
     const auto& t = c.recipe->training;
-    line(fmt::format("batch: {} sequences of {} tokens = {} micro-batches of {} per rank | {} | recompute {} | zero {}{}",
-                     m.global_batch_size, t.seq_len, e.microbatches, t.micro_batch_size, t.dtype, t.recompute,
+    line(fmt::format("batch: {} sequences of {} tokens = {} of {} per rank | {} | recompute {} | zero {}{}",
+                     m.global_batch_size, t.seq_len, count_of(e.microbatches, "micro-batch", "micro-batches"), t.micro_batch_size, t.dtype, t.recompute,
                      c.recipe->parallel.zero, c.recipe->parallel.sequence_parallel ? " | sequence parallel" : ""));
   }
   line(fmt::format("device: {}", c.gpu ? fmt::format("{} ({}, {} per GPU)", c.gpu->name, c.gpu->description,

@@ -2,28 +2,126 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
 
 #include "core/json_file.h"
 #include "recipe/keys.h"
 
 namespace trainer::recipe {
 
-nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>& problems) {
-  std::string file = path;
-  if (std::filesystem::is_directory(file)) file = (std::filesystem::path(file) / "config.json").string();
-  const nlohmann::json hf = read_json_file(file);
-  if (!hf.is_object()) {
-    problems.push_back(fmt::format("model.hf_config {}: expected a JSON object", file));
-    return nlohmann::json::object();
-  }
-  auto problem = [&](const std::string& text) { problems.push_back(fmt::format("model.hf_config {}: {}", file, text)); };
+namespace {
 
-  const std::string model_type = hf.value("model_type", "llama");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
-    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral or mixtral "
-                        "(write the model section by hand for other architectures)", model_type));
+using nlohmann::json;
+using Problem = std::function<void(const std::string&)>;
+
+// Fields copied into model.* as they are (type-checked afterwards against the schema).
+const char* const kModelFields[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                    "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
+                                    "tie_word_embeddings", "max_position_embeddings", "initializer_range"};
+const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"};
+
+// Keys read elsewhere in this file (RoPE, model type, the features checked below).
+const std::set<std::string> kReadKeys = {"model_type", "rope_theta", "rope_scaling", "rope_parameters",
+                                         "partial_rotary_factor", "original_max_position_embeddings",
+                                         "hidden_act", "attention_bias", "mlp_bias", "sliding_window",
+                                         "use_sliding_window", "attention_dropout", "router_jitter_noise"};
+
+// Keys of llama/mistral/mixtral configs that cannot change what is trained: token ids, storage
+// dtype, generation and output switches, bookkeeping. pretraining_tp only split the matmuls of
+// transformers 4's forward (same result); output_router_logits only decides whether transformers
+// adds the router loss to its own returned loss, which trainer always does with router_aux_loss_coef.
+const std::set<std::string> kHarmlessKeys = {
+    "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "bos_token_id",
+    "eos_token_id", "pad_token_id", "use_cache", "pretraining_tp", "output_router_logits",
+    "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class", "model_name",
+    "is_decoder", "is_encoder_decoder", "add_cross_attention", "use_return_dict", "chunk_size_feed_forward",
+    "problem_type", "id2label", "label2id", "task_specific_params", "finetuning_task"};
+
+// RoPE as one of the two layouts describes it, resolved as transformers 5 resolves it: values in
+// the dict first, then the top-level keys, then the defaults (theta 10000; llama3's original
+// context falls back to max_position_embeddings).
+struct Rope {
+  json theta;                  // a JSON number (or whatever was written: the schema check reports it)
+  json scaling = json(nullptr);  // model.rope_scaling, or null for rope_type default
+};
+
+std::optional<Rope> resolve_rope(const json& hf, const std::string& key, const Problem& problem) {
+  const json& dict = hf.at(key);
+  if (!dict.is_object()) {
+    problem(fmt::format("{} {} is not supported; expected an object with rope_type", key, describe_json(dict)));
+    return std::nullopt;
   }
+  Rope rope;
+  rope.theta = dict.contains("rope_theta") ? dict["rope_theta"] : hf.value("rope_theta", json(10000.0));
+  const json partial = dict.contains("partial_rotary_factor") ? dict["partial_rotary_factor"]
+                                                               : hf.value("partial_rotary_factor", json(1.0));
+  if (!partial.is_number() || partial.get<double>() != 1.0)
+    problem(fmt::format("{}.partial_rotary_factor {} is not supported; expected 1.0 (rotary on every dimension)", key,
+                        describe_json(partial)));
+  const json type_json = dict.contains("rope_type") ? dict["rope_type"] : dict.value("type", json("default"));
+  const std::string type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
+  if (type == "default") return rope;
+  if (type != "linear" && type != "llama3") {
+    problem(fmt::format("{}.rope_type \"{}\" is not supported; expected default, linear or llama3 (trainer does not "
+                        "implement it, and ignoring it would train a different model)",
+                        key, type));
+    return std::nullopt;
+  }
+  rope.scaling = {{"rope_type", type}};
+  std::vector<const char*> required = {"factor"};
+  if (type == "llama3") required.insert(required.end(), {"low_freq_factor", "high_freq_factor"});
+  for (const char* name : required) {
+    if (dict.contains(name))
+      rope.scaling[name] = dict[name];
+    else
+      problem(fmt::format("{}: rope_type {} needs {}; it is missing", key, type, name));
+  }
+  if (type == "llama3") {
+    if (hf.contains("original_max_position_embeddings"))
+      rope.scaling["original_max_position_embeddings"] = hf["original_max_position_embeddings"];
+    else if (dict.contains("original_max_position_embeddings"))
+      rope.scaling["original_max_position_embeddings"] = dict["original_max_position_embeddings"];
+    else if (hf.contains("max_position_embeddings"))
+      rope.scaling["original_max_position_embeddings"] = hf["max_position_embeddings"];
+  }
+  return rope;
+}
+
+// Fills model.rope_theta and model.rope_scaling from whichever layout the file uses.
+void read_rope(const json& hf, json& model, const Problem& problem) {
+  std::optional<Rope> found;
+  std::string found_key;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!hf.contains(key) || hf[key].is_null()) continue;
+    const auto rope = resolve_rope(hf, key, problem);
+    if (!rope) return;
+    if (found && (found->theta != rope->theta || found->scaling != rope->scaling)) {
+      problem(fmt::format("{} and {} disagree (theta {} and {}, scaling {} and {}); keep one", found_key, key,
+                          describe_json(found->theta), describe_json(rope->theta), describe_json(found->scaling),
+                          describe_json(rope->scaling)));
+      return;
+    }
+    found = rope;
+    found_key = key;
+  }
+  if (!found) {
+    if (hf.contains("partial_rotary_factor") &&
+        !(hf["partial_rotary_factor"].is_number() && hf["partial_rotary_factor"].get<double>() == 1.0))
+      problem(fmt::format("partial_rotary_factor {} is not supported; expected 1.0",
+                          describe_json(hf["partial_rotary_factor"])));
+    if (hf.contains("rope_theta") && !hf["rope_theta"].is_null()) model["rope_theta"] = hf["rope_theta"];
+    return;
+  }
+  model["rope_theta"] = found->theta;
+  if (!found->scaling.is_null()) model["rope_scaling"] = found->scaling;
+}
+
+// Features that change the arithmetic and that trainer does not implement.
+void check_unsupported(const json& hf, const Problem& problem) {
   if (hf.contains("hidden_act") && hf["hidden_act"] != "silu")
     problem(fmt::format("hidden_act {} is not supported; expected \"silu\" (SwiGLU)", describe_json(hf["hidden_act"])));
   for (const char* bias : {"attention_bias", "mlp_bias"})
@@ -31,34 +129,70 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   if (hf.contains("sliding_window") && !hf["sliding_window"].is_null())
     problem(fmt::format("sliding_window {} is not supported; expected null (full causal attention)",
                         describe_json(hf["sliding_window"])));
+  if (hf.contains("use_sliding_window") && hf["use_sliding_window"] == true)
+    problem("use_sliding_window true is not supported; expected false (full causal attention)");
+  for (const char* rate : {"attention_dropout", "router_jitter_noise"}) {
+    if (!hf.contains(rate) || hf[rate].is_null()) continue;
+    if (!hf[rate].is_number() || hf[rate].get<double>() != 0.0)
+      problem(fmt::format("{} {} is not supported; expected 0 (trainer has no {})", rate, describe_json(hf[rate]),
+                          std::string(rate) == "attention_dropout" ? "dropout" : "router noise"));
+  }
+}
 
-  nlohmann::json model = nlohmann::json::object();
-  for (const char* name : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                           "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
-                           "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings", "initializer_range"}) {
+}  // namespace
+
+nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>& problems,
+                              std::vector<std::string>* warnings) {
+  std::string file = path;
+  if (std::filesystem::is_directory(file)) file = (std::filesystem::path(file) / "config.json").string();
+  const json hf = read_json_file(file);
+  if (!hf.is_object()) {
+    problems.push_back(fmt::format("model.hf_config {}: expected a JSON object", file));
+    return json::object();
+  }
+  const Problem problem = [&](const std::string& text) {
+    problems.push_back(fmt::format("model.hf_config {}: {}", file, text));
+  };
+
+  const std::string model_type = hf.value("model_type", "llama");
+  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
+    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral or mixtral "
+                        "(write the model section by hand for other architectures)", model_type));
+  }
+  check_unsupported(hf, problem);
+
+  json model = json::object();
+  for (const char* name : kModelFields)
     if (hf.contains(name) && !hf[name].is_null()) model[name] = hf[name];
-  }
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
-    const auto& scaling = hf["rope_scaling"];
-    const std::string type = scaling.is_object() ? scaling.value("rope_type", scaling.value("type", "")) : "";
-    if (type != "llama3" && type != "linear") {
-      problem(fmt::format("rope_scaling {} is not supported; expected rope_type llama3 or linear", describe_json(scaling)));
-    } else {
-      nlohmann::json ours = {{"rope_type", type}};
-      for (const char* name : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
-        if (scaling.contains(name)) ours[name] = scaling[name];
-      model["rope_scaling"] = ours;
-    }
-  }
-  if (model_type == "mixtral" || hf.contains("num_local_experts")) {
-    nlohmann::json moe = nlohmann::json::object();
-    for (const char* name : {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"})
-      if (hf.contains(name)) moe[name] = hf[name];
+  read_rope(hf, model, problem);
+  const bool moe = model_type == "mixtral" || hf.contains("num_local_experts");
+  if (moe) {
+    json moe_section = json::object();
+    for (const char* name : kMoeFields)
+      if (hf.contains(name)) moe_section[name] = hf[name];
     // Mixtral's intermediate_size is the width of each expert; every layer is MoE.
-    if (hf.contains("intermediate_size")) moe["moe_intermediate_size"] = hf["intermediate_size"];
-    model["moe"] = moe;
+    if (hf.contains("intermediate_size")) moe_section["moe_intermediate_size"] = hf["intermediate_size"];
+    model["moe"] = moe_section;
   }
-  nlohmann::json layer = {{"model", model}};
+
+  // Keys that are neither read nor known to be harmless: listed once, so nothing is dropped unseen.
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : hf.items()) {
+    const bool read = kReadKeys.count(key) || std::find(std::begin(kModelFields), std::end(kModelFields), key) !=
+                                                  std::end(kModelFields);
+    const bool moe_key = std::find(std::begin(kMoeFields), std::end(kMoeFields), key) != std::end(kMoeFields);
+    if (!read && !moe_key && !kHarmlessKeys.count(key)) unknown.push_back(key);
+  }
+  if (!unknown.empty() && warnings) {
+    std::string list;
+    for (const auto& key : unknown) list += (list.empty() ? "" : ", ") + key;
+    warnings->push_back(fmt::format("model.hf_config {}: ignoring {} key{} trainer does not know: {} (check that "
+                                    "{} not change the model)",
+                                    file, unknown.size(), unknown.size() == 1 ? "" : "s", list,
+                                    unknown.size() == 1 ? "it does" : "they do"));
+  }
+
+  json layer = {{"model", model}};
   // Type-check what we took, naming the file.
   std::vector<std::string> type_problems;
   check_document(layer, type_problems);

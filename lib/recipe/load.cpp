@@ -63,6 +63,42 @@ json fill_defaults(const json& merged, std::vector<std::string>& problems) {
   return resolved;
 }
 
+// The keys that name files or directories.
+const char* const kPathKeys[] = {"model.hf_config", "model.init_from", "checkpoint.dir", "checkpoint.resume",
+                                 "logging.metrics_file"};
+
+// One rule for relative paths: relative to where they were written. A path in the recipe file is
+// relative to the recipe's directory (so a recipe and its data can move together); one given with
+// --set is relative to the working directory, like any path typed in a shell.
+void resolve_recipe_paths(json& user, const std::string& base_dir) {
+  auto resolve = [&](json& value) {
+    if (!value.is_string() || value.get<std::string>().empty()) return;
+    const std::filesystem::path path = value.get<std::string>();
+    if (path.is_relative()) value = (std::filesystem::path(base_dir) / path).lexically_normal().string();
+  };
+  for (const char* key : kPathKeys) {
+    json* value = const_cast<json*>(get_path(user, key));
+    if (!value) continue;
+    if (std::string(key) == "checkpoint.resume" && (*value == "auto" || *value == "none")) continue;
+    resolve(*value);
+  }
+  if (json* paths = const_cast<json*>(get_path(user, "data.paths")); paths && paths->is_array())
+    for (auto& p : *paths) resolve(p);
+}
+
+// An empty string is never a path: refuse it instead of writing into the working directory.
+void check_no_empty_paths(const json& resolved, std::vector<std::string>& problems) {
+  for (const char* key : kPathKeys) {
+    if (std::string(key) == "checkpoint.resume") continue;  // validate_recipe names its choices
+    if (const json* value = get_path(resolved, key); value && value->is_string() && value->get<std::string>().empty())
+      problems.push_back(fmt::format("{} is an empty string; give a path, or null for none", key));
+  }
+  if (const json* paths = get_path(resolved, "data.paths"); paths && paths->is_array())
+    for (size_t i = 0; i < paths->size(); ++i)
+      if ((*paths)[i].is_string() && (*paths)[i].get<std::string>().empty())
+        problems.push_back(fmt::format("data.paths[{}] is an empty string; give a path", i));
+}
+
 std::string read_text(const std::string& path) {
   if (std::filesystem::is_directory(path)) throw UserError(fmt::format("{}: is a directory, expected a recipe file", path));
   std::ifstream in(path, std::ios::binary);
@@ -80,6 +116,7 @@ LoadedRecipe load_recipe_text(const std::string& text, const std::string& source
   std::vector<std::string> problems;
   check_document(user, problems);
   if (!user.is_object()) throw RecipeError(source, problems);
+  resolve_recipe_paths(user, base_dir);
   apply_overrides(user, options.overrides, problems);
   if (options.world_size && (*options.world_size < 1 || *options.world_size > kMaxWorldSize))
     problems.push_back(fmt::format("world size {} is not valid; expected an integer from 1 to {}", *options.world_size,
@@ -88,23 +125,23 @@ LoadedRecipe load_recipe_text(const std::string& text, const std::string& source
 
   // Defaults, then the Hugging Face config, then the recipe with its overrides.
   json merged = json::object();
-  if (const json* hf = get_path(user, "model.hf_config"); hf && hf->is_string()) {
-    std::filesystem::path hf_path = hf->get<std::string>();
-    if (hf_path.is_relative()) hf_path = std::filesystem::path(base_dir) / hf_path;
-    merged = read_hf_config(hf_path.lexically_normal().string(), problems);
-  }
+  std::vector<std::string> warnings;
+  if (const json* hf = get_path(user, "model.hf_config"); hf && hf->is_string() && !hf->get<std::string>().empty())
+    merged = read_hf_config(hf->get<std::string>(), problems, &warnings);
   merge_into(merged, user);
   json resolved = fill_defaults(merged, problems);
+  check_no_empty_paths(resolved, problems);
   if (!problems.empty()) throw RecipeError(source, problems);
 
   LoadedRecipe loaded;
   loaded.source = source;
+  loaded.warnings = std::move(warnings);
   loaded.recipe = recipe_from_json(resolved, problems);
   if (!problems.empty()) throw RecipeError(source, problems);
 
   std::optional<int64_t> world = options.world_size;
   if (!world && implied_world_size(loaded.recipe) > 0) world = implied_world_size(loaded.recipe);
-  problems = validate_recipe(loaded.recipe, world);
+  problems = validate_recipe(loaded.recipe, world, &loaded.warnings);
   if (!problems.empty()) throw RecipeError(source, problems);
 
   if (world) {
@@ -114,6 +151,11 @@ LoadedRecipe load_recipe_text(const std::string& text, const std::string& source
   }
   loaded.resolved = recipe_to_json(loaded.recipe);
   return loaded;
+}
+
+void print_warnings(const LoadedRecipe& loaded, std::FILE* out, int64_t rank) {
+  for (const auto& warning : loaded.warnings)
+    std::fprintf(out, "%swarning: %s\n", rank >= 0 ? fmt::format("rank {}: ", rank).c_str() : "", warning.c_str());
 }
 
 LoadedRecipe load_recipe(const std::string& path, const LoadOptions& options) {

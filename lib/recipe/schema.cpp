@@ -1,4 +1,5 @@
 #include "recipe/schema.h"
+#include "core/plural.h"
 
 #include <fmt/format.h>
 
@@ -331,7 +332,7 @@ std::string check_value(const KeySpec& spec, const json& value) {
     case K::StringList: {
       if (!value.is_array()) return type_problem();
       if (spec.list_length && value.size() != *spec.list_length)
-        return fmt::format("found {} elements, expected {}", value.size(), what);
+        return fmt::format("found {}, expected {}", count_of(int64_t(value.size()), "element", "elements"), what);
       for (size_t i = 0; i < value.size(); ++i) {
         std::string problem = spec.kind == K::StringList
                                   ? choice_problem(spec, value[i], what)

@@ -183,10 +183,17 @@ class Checker {
     const auto& o = r_.optimizer;
     const auto& t = r_.training;
     if (o.min_lr > o.lr)
-      add("optimizer.min_lr={} exceeds optimizer.lr={}; use min_lr <= lr (for example {})", o.min_lr, o.lr, o.lr / 10);
+      add("optimizer.min_lr={} exceeds optimizer.lr={}; use min_lr <= lr (for example {:.3g})", o.min_lr, o.lr,
+          o.lr / 10);
+    // A short smoke run of a long recipe: allowed, but the learning rate never reaches its peak.
     if (o.warmup_steps > t.steps)
-      add("optimizer.warmup_steps={} exceeds training.steps={}; use warmup_steps <= {}", o.warmup_steps, t.steps,
-          t.steps);
+      warnings.push_back(fmt::format("optimizer.warmup_steps={} exceeds training.steps={}: the whole run is warm-up "
+                                     "and the learning rate rises only to {:.3g} of optimizer.lr={:.3g}",
+                                     o.warmup_steps, t.steps, double(t.steps) / double(o.warmup_steps), o.lr));
+    else if (o.warmup_steps == t.steps && o.warmup_steps > 0 && o.decay != "constant" && o.min_lr < o.lr)
+      warnings.push_back(fmt::format("optimizer.warmup_steps={} equals training.steps: the run ends at the peak "
+                                     "learning rate and never decays toward optimizer.min_lr={:.3g}",
+                                     o.warmup_steps, o.min_lr));
   }
 
   void data_rules() {
@@ -211,6 +218,7 @@ class Checker {
   }
 
   std::vector<std::string> problems;
+  std::vector<std::string> warnings;
 
  private:
   template <typename... Args>
@@ -223,7 +231,8 @@ class Checker {
 
 }  // namespace
 
-std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int64_t> world_size) {
+std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int64_t> world_size,
+                                         std::vector<std::string>* warnings) {
   Checker checker(recipe);
   checker.model_rules();
   checker.moe_rules();
@@ -232,6 +241,7 @@ std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int
   checker.data_rules();
   checker.checkpoint_rules();
   if (world_size) checker.world_rules(*world_size);
+  if (warnings) warnings->insert(warnings->end(), checker.warnings.begin(), checker.warnings.end());
   return checker.problems;
 }
 

@@ -65,13 +65,14 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // argv[0] is what ps shows: "trainer worker rank N run RECIPE ...".
+      const std::string self = "/proc/self/exe", title = fmt::format("trainer worker rank {}", rank);
       std::vector<char*> args;
-      static const std::string self = "/proc/self/exe";
-      args.push_back(const_cast<char*>(self.c_str()));
+      args.push_back(const_cast<char*>(title.c_str()));
       for (size_t i = 1; i < options.argv.size(); ++i) args.push_back(const_cast<char*>(options.argv[i].c_str()));
       args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      std::fprintf(stderr, "worker %d: cannot start %s\n", rank, args[0]);
+      ::execv(self.c_str(), args.data());
+      std::fprintf(stderr, "worker %d: cannot start %s\n", rank, self.c_str());
       ::_exit(127);
     }
     pids[rank] = pid;

@@ -1,6 +1,8 @@
 #pragma once
 // SIGINT and SIGTERM ask the training loop to stop after the current step (and checkpoint when
-// configured). A second signal ends the process at once with the default action.
+// configured). A second signal ends the process at once with the default action; one that comes
+// within a second of the first is the same request delivered twice (a terminal signals the whole
+// process group, and the launcher forwards the signal too) and is ignored.
 namespace trainer::runtime {
 
 class StopSignal {

@@ -1,4 +1,5 @@
 #include "train/optimizer_driver.h"
+#include "core/plural.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -21,10 +22,9 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
 }
 
 std::string OptimizerDriver::describe() const {
-  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {} gradient buckets", buckets_->group().size(),
-                                 buckets_->buckets().size());
-  if (buckets_) return fmt::format("replicated AdamW, {} gradient buckets all-reduced over {} ranks",
-                                   buckets_->buckets().size(), buckets_->group().size());
+  const std::string buckets = buckets_ ? count_of(int64_t(buckets_->buckets().size()), "gradient bucket", "gradient buckets") : "";
+  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {}", buckets_->group().size(), buckets);
+  if (buckets_) return fmt::format("replicated AdamW, {} all-reduced over {} ranks", buckets, buckets_->group().size());
   return "AdamW";
 }
 

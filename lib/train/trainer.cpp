@@ -17,7 +17,9 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/commit_channel.h"
+#include "checkpoint/dir_check.h"
 #include "core/error.h"
+#include "core/plural.h"
 #include "data/dataset.h"
 #include "estimate/estimate.h"
 #include "estimate/hardware.h"
@@ -31,6 +33,7 @@
 #include "metrics/throughput.h"
 #include "model/transformer.h"
 #include "optim/lr_schedule.h"
+#include "recipe/recipe_diff.h"
 #include "runtime/stop_signal.h"
 #include "train/batch.h"
 #include "train/optimizer_driver.h"
@@ -89,6 +92,14 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   model_options.recompute = model::parse_recompute(r.training.recompute);
   model::Transformer model(model_options);
   OptimizerDriver optimizer(model, r, dp);
+  if (r.checkpoint.dir) {
+    // Parameters in their dtype, two fp32 Adam moments and fp32 master weights for bf16: this rank's part.
+    uint64_t elements = 0;
+    for (const auto& p : model.parameters().all()) elements += uint64_t(p.tensor.numel());
+    const uint64_t per_element = (r.training.dtype == "bf16" ? 2 + 4 : 4) + 8;
+    checkpoint::check_checkpoint_dir(*r.checkpoint.dir, groups.global_rank(),
+                                     elements * per_element / uint64_t(std::max<int64_t>(1, mesh.dp)));
+  }
 
   Progress progress;
   const auto resume_from = resume_path(r);
@@ -98,11 +109,37 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   }
   if (const auto& path = resume_from) {
     const checkpoint::LoadedCheckpoint checkpoint(*path);
+    if (checkpoint.step() >= r.training.steps) {
+      // Re-running a finished run: say so instead of "finished after step 200 of 60".
+      say(fmt::format("nothing to train: checkpoint {} is at step {}, which is not before training.steps={}; raise "
+                      "training.steps to train further, or set checkpoint.resume=none to start over",
+                      checkpoint.path(), checkpoint.step(), r.training.steps));
+      TrainSummary done;
+      done.first_step = done.steps_completed = checkpoint.step();
+      done.nothing_to_do = true;
+      done.last_checkpoint = checkpoint.path();
+      return done;
+    }
     progress = restore_model(checkpoint, model);
     optimizer.load_state(optimizer_state_reader(checkpoint),
                                checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
     say(fmt::format("resumed from {} at step {} ({} samples consumed)", checkpoint.path(), progress.step,
                     progress.consumed_samples));
+    // A changed recipe is allowed (a longer run, another mesh), but never silently.
+    if (r.model.init_from)
+      say(fmt::format("model.init_from {} is ignored: the run resumes from the checkpoint (set checkpoint.resume=none "
+                      "to start from those weights)", *r.model.init_from));
+    if (checkpoint.manifest().contains("recipe")) {
+      const auto changes = recipe::recipe_differences(checkpoint.manifest().at("recipe"), loaded.resolved);
+      if (!changes.empty()) {
+        std::string list;
+        for (size_t i = 0; i < changes.size() && i < 8; ++i) list += "\n  " + changes[i];
+        if (changes.size() > 8) list += fmt::format("\n  ... and {} more", changes.size() - 8);
+        say(fmt::format("this recipe differs from the checkpoint's in {} value{} (checkpoint -> now; now wins, the "
+                        "learning-rate schedule included):{}",
+                        changes.size(), changes.size() == 1 ? "" : "s", list));
+      }
+    }
   }
 
   const estimate::ModelCounts counts = estimate::count_model(r.model, r.training.seq_len);
@@ -132,10 +169,11 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   const int64_t global_tokens = mesh.global_batch_size * seq_len;
   const std::optional<double> floor = dataset->entropy_floor();
   say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {} | device: {} {} x {} | global batch "
-                  "{} x {} tokens ({} micro-batches of {} per rank) | {}",
+                  "{} x {} tokens ({} of {} per rank) | {}",
                   metrics::format_count(double(counts.total_params)), metrics::format_count(double(counts.active_params)),
                   metrics::format_count(counts.flops_per_token), dataset->describe(), mesh.world_size, device_name,
-                  r.training.dtype, mesh.global_batch_size, seq_len, mesh.grad_accum_steps, r.training.micro_batch_size,
+                  r.training.dtype, mesh.global_batch_size, seq_len,
+                  count_of(mesh.grad_accum_steps, "micro-batch", "micro-batches"), r.training.micro_batch_size,
                   optimizer.describe()));
   if (floor) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor));
 
@@ -233,13 +271,26 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     world.all_reduce(stop, comm::ReduceOp::Max)->wait();
     const double step_loss = totals[0].item<double>() / double(global_tokens);
     const double step_aux = totals[1].item<double>() / double(mesh.grad_accum_steps * mesh.dp);
-    if (!std::isfinite(step_loss))
-      throw std::runtime_error(fmt::format("step {}: the loss is {} (training diverged; lower optimizer.lr or "
-                                           "check the data)", step + 1, step_loss));
     const double grad_norm = optimizer.grad_norm();
-    if (!std::isfinite(grad_norm))
-      throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (first non-finite gradient: {})",
-                                           step + 1, grad_norm, first_non_finite_gradient(model)));
+    if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
+      // The step's figures reach the console and the metrics file before the run stops.
+      metrics::StepMetrics m;
+      m.step = step + 1;
+      m.total_steps = r.training.steps;
+      m.loss = step_loss;
+      m.lr = lr;
+      m.grad_norm = grad_norm;
+      m.time_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+      say(metrics::format_console_line(m));
+      if (metrics_file) metrics_file->write(m);
+      const bool loss_bad = !std::isfinite(step_loss);
+      throw TrainingFailure(fmt::format(
+          "step {}: the {} is {}{}; training diverged and stops (the last checkpoint is intact). Try a lower "
+          "optimizer.lr or a longer optimizer.warmup_steps, training.grad_clip, checking the data for bad tokens{}",
+          step + 1, loss_bad ? "loss" : "gradient norm", loss_bad ? step_loss : grad_norm,
+          loss_bad ? "" : fmt::format(" (first non-finite gradient: {})", first_non_finite_gradient(model)),
+          r.training.dtype == "bf16" ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
+    }
     optimizer.clip(r.training.grad_clip, grad_norm);
     snapshot_fence();
     optimizer.step(lr);
@@ -302,11 +353,13 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       save("final", false);
     else if (r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0)
       save("interval", true);
+    if (writer)
+      if (const auto committed = writer->take_committed()) say(fmt::format("checkpoint {} committed", *committed));
   }
   summary.steps_completed = progress.step;
   if (writer) {
     summary.last_checkpoint = writer->wait();
-    say(fmt::format("checkpoint {} committed", summary.last_checkpoint));
+    if (const auto committed = writer->take_committed()) say(fmt::format("checkpoint {} committed", *committed));
   }
   return summary;
 }

@@ -16,6 +16,7 @@ struct TrainSummary {
   int64_t first_step = 0;          // the step training started from (after resume)
   int64_t steps_completed = 0;     // optimizer steps done in total (including before a resume)
   bool stopped_by_signal = false;
+  bool nothing_to_do = false;      // the checkpoint resumed from is already at training.steps
   double last_loss = 0;
   std::string last_checkpoint;     // "" when none was written
 };

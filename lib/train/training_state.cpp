@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "checkpoint/hf_export.h"
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
@@ -43,6 +45,20 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
 
 Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model) {
   at::NoGradGuard no_grad;
+  // Weights of the checkpoint that this model has no parameter for: another model (more layers,
+  // an untied head, experts); resuming would silently drop them.
+  std::vector<std::string> unused;
+  for (const auto& [name, record] : loaded.manifest().at("tensors").items())
+    if ((name.rfind("model.", 0) == 0 || name == "lm_head.weight") && !model.parameters().find(name))
+      unused.push_back(name);
+  if (!unused.empty())
+    throw UserError(fmt::format("{}: {} weight{} of the checkpoint {} no parameter in the recipe's model (first: {}); "
+                                "it was saved from another model: check model.num_hidden_layers, tie_word_embeddings "
+                                "and model.moe against the checkpoint's recipe (trainer ckpt inspect), or set "
+                                "checkpoint.resume=none to start over",
+                                loaded.path(), unused.size(), unused.size() == 1 ? "" : "s",
+                                unused.size() == 1 ? "has" : "have",
+                                fmt::join(unused.begin(), unused.begin() + std::min<size_t>(unused.size(), 4), ", ")));
   for (auto& p : model.parameters().all()) {
     if (!loaded.contains(p.name))
       throw UserError(fmt::format("{}: checkpoint has no tensor {} (was it saved from another model?)", loaded.path(),
@@ -65,6 +81,19 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
   checkpoint::read_hf_weights(dir, [&](const std::string& name, const at::Tensor& t) { weights[name] = t; });
   at::NoGradGuard no_grad;
   int64_t count = 0;
+  // Tensors the model has no parameter for mean another model (more layers, untied head, ...):
+  // loading the rest would silently train something else. Old exports carry rotary buffers.
+  std::vector<std::string> unused;
+  for (const auto& [name, tensor] : weights) {
+    if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
+    if (!model.parameters().find(name)) unused.push_back(name);
+  }
+  if (!unused.empty())
+    throw UserError(fmt::format("{}: {} tensor{} in the Hugging Face weights {} no parameter of the recipe's model "
+                                "(first: {}); the weights are of another model: check model.num_hidden_layers, "
+                                "tie_word_embeddings and model.moe against the checkpoint's config.json",
+                                dir, unused.size(), unused.size() == 1 ? "" : "s", unused.size() == 1 ? "has" : "have",
+                                fmt::join(unused.begin(), unused.begin() + std::min<size_t>(unused.size(), 4), ", ")));
   for (auto& p : model.parameters().all()) {
     auto it = weights.find(p.name);
     if (it == weights.end()) throw UserError(fmt::format("{}: no tensor {} in the Hugging Face weights", dir, p.name));

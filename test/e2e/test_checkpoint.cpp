@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "process.h"
 
 using namespace trainer::test;
@@ -120,6 +122,98 @@ TEST_CASE("SIGKILL during an asynchronous write - then resume loads a committed 
                                      120, {"OMP_NUM_THREADS=1"});
     INFO("delay " << delay << ": " << resumed.out << resumed.err);
     CHECK(resumed.exit_code == 0);
-    CHECK(resumed.out.find("resumed from " + ck + "/step-") != std::string::npos);
+    // The latest committed checkpoint is found (and is past training.steps=1) and verifies.
+    CHECK(resumed.out.find("nothing to train: checkpoint " + ck + "/step-") != std::string::npos);
+    const auto inspected = run_process({trainer_binary(), "ckpt", "inspect", ck});
+    INFO(inspected.out << inspected.err);
+    CHECK(inspected.exit_code == 0);
   }
+}
+
+namespace {
+ProcessResult run_tiny(const std::vector<std::string>& sets) {
+  std::vector<std::string> argv = {trainer_binary(), "run", kTiny, "--set", "optimizer.warmup_steps=1", "--set",
+                                   "training.seq_len=32"};
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  return run_process(argv, 120, {"OMP_NUM_THREADS=1"});
+}
+}  // namespace
+
+TEST_CASE("a checkpoint.dir that cannot be written is refused before the first step", "[checkpoint]") {
+  TempDir dir;
+  dir.write("a-file", "x");
+  const auto under_file = run_tiny({"training.steps=2", "checkpoint.dir=" + dir.path() + "/a-file/ck"});
+  INFO(under_file.out << under_file.err);
+  CHECK(under_file.exit_code == 2);
+  CHECK(under_file.err.find("error: checkpoint.dir " + dir.path() + "/a-file/ck: cannot be created") !=
+        std::string::npos);
+  CHECK(under_file.out.find("step ") == std::string::npos);  // nothing trained
+
+  if (::geteuid() != 0) {  // root writes anywhere; the read-only case needs another user
+    std::filesystem::create_directories(dir.path() + "/ro");
+    std::filesystem::permissions(dir.path() + "/ro", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    const auto read_only = run_tiny({"training.steps=2", "checkpoint.dir=" + dir.path() + "/ro"});
+    CHECK(read_only.exit_code == 2);
+    CHECK(read_only.err.find("cannot create a file in it") != std::string::npos);
+  }
+  // A full disk: a 1 MiB tmpfs holds the probe but not a checkpoint.
+  const std::string mount = dir.path() + "/small";
+  std::filesystem::create_directories(mount);
+  if (run_process({"/bin/mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount}).exit_code == 0) {
+    const auto full = run_tiny({"training.steps=2", "checkpoint.dir=" + mount + "/ck"});
+    run_process({"/bin/umount", mount});
+    INFO(full.out << full.err);
+    CHECK(full.exit_code == 2);
+    CHECK(full.err.find("MiB free, but a checkpoint needs about") != std::string::npos);
+    CHECK(full.out.find("step ") == std::string::npos);
+  } else {
+    WARN("cannot mount a tmpfs here; the full-disk case is not checked");
+  }
+}
+
+TEST_CASE("resuming a checkpoint of another model is an error naming the extra tensors", "[checkpoint]") {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  REQUIRE(run_tiny({"training.steps=2", "checkpoint.dir=" + ck, "model.num_hidden_layers=2"}).exit_code == 0);
+  const auto fewer = run_tiny({"training.steps=4", "checkpoint.dir=" + ck, "model.num_hidden_layers=1"});
+  INFO(fewer.out << fewer.err);
+  CHECK(fewer.exit_code == 2);
+  CHECK(fewer.err.find("have no parameter in the recipe's model (first: model.layers.1.") != std::string::npos);
+  CHECK(fewer.out.find("resumed") == std::string::npos);
+}
+
+TEST_CASE("re-running a finished run says there is nothing to train", "[checkpoint]") {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  REQUIRE(run_tiny({"training.steps=3", "checkpoint.dir=" + ck, "model.num_hidden_layers=1"}).exit_code == 0);
+  const auto again = run_tiny({"training.steps=2", "checkpoint.dir=" + ck, "model.num_hidden_layers=1"});
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(again.out.find("nothing to train: checkpoint " + ck + "/step-00000003 is at step 3, which is not before "
+                       "training.steps=2") != std::string::npos);
+  CHECK(again.out.find("finished after") == std::string::npos);
+  CHECK(again.out.find("checkpoint  committed") == std::string::npos);
+}
+
+TEST_CASE("resuming with a changed recipe lists what differs", "[checkpoint]") {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  REQUIRE(run_tiny({"training.steps=2", "checkpoint.dir=" + ck, "model.num_hidden_layers=1"}).exit_code == 0);
+  const auto longer = run_tiny({"training.steps=4", "checkpoint.dir=" + ck, "model.num_hidden_layers=1",
+                                "optimizer.lr=0.001"});
+  INFO(longer.out << longer.err);
+  CHECK(longer.exit_code == 0);
+  CHECK(longer.out.find("this recipe differs from the checkpoint's in 2 values") != std::string::npos);
+  CHECK(longer.out.find("training.steps: 2 -> 4") != std::string::npos);
+  CHECK(longer.out.find("optimizer.lr: 0.003 -> 0.001") != std::string::npos);
+}
+
+TEST_CASE("interval checkpoints report their commit", "[checkpoint]") {
+  TempDir dir;
+  const auto r = run_tiny({"training.steps=6", "checkpoint.interval=2", "checkpoint.dir=" + dir.path() + "/ck",
+                           "model.num_hidden_layers=1", "logging.interval=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("checkpoint " + dir.path() + "/ck/step-00000002 committed") != std::string::npos);
+  CHECK(r.out.find("checkpoint " + dir.path() + "/ck/step-00000006 committed") != std::string::npos);
 }

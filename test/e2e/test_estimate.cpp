@@ -180,7 +180,7 @@ TEST_CASE("plan: every configuration it prints passes trainer validate", "[estim
   for (const auto& [recipe, gpus] : std::vector<std::pair<std::string, std::string>>{
            {"/recipes/llama3-8b.json", "32"}, {"/recipes/tiny-moe.json", "8"}, {"/recipes/mixtral-8x7b.json", "64"}}) {
     const std::string path = std::string(TRAINER_SOURCE_DIR) + recipe;
-    const auto r = run_trainer_cmd({"plan", path, "--gpus", gpus, "--top", "5", "--json"});
+    const auto r = run_trainer_cmd({"plan", path, "--gpus", gpus, "--top", "5", "--json", "--all"});
     INFO(recipe << ": " << r.err);
     REQUIRE(r.exit_code == 0);
     const auto doc = json::parse(r.out);
@@ -200,12 +200,12 @@ TEST_CASE("plan: every configuration it prints passes trainer validate", "[estim
 
 TEST_CASE("plan: 1024 GPUs searched in under 2 seconds - a table by default", "[estimate][plan]") {
   const std::string path = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3-70b.json";
-  const auto json_run = run_trainer_cmd({"plan", path, "--gpus", "1024", "--json"});
+  const auto json_run = run_trainer_cmd({"plan", path, "--gpus", "1024", "--json", "--all"});
   REQUIRE(json_run.exit_code == 0);
   const auto doc = json::parse(json_run.out);
   CHECK(doc["search_seconds"].get<double>() < 2.0);
   CHECK(doc["configurations"].size() == 10);
-  const auto text = run_trainer_cmd({"plan", path, "--gpus", "1024", "--top", "3"});
+  const auto text = run_trainer_cmd({"plan", path, "--gpus", "1024", "--top", "3", "--all"});
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("#1 as overrides:") != std::string::npos);
   CHECK(run_trainer_cmd({"plan", path, "--gpus", "1024", "--gpu", "nope"}).exit_code == 2);

@@ -89,12 +89,80 @@ void check_round_trip(const std::string& recipe, const std::vector<std::string>&
 
 TEST_CASE("hf: exported Llama weights give trainer's logits in transformers - init_from gives its loss", "[hf]") {
   install_transformers();
-  check_round_trip(source_dir() + "/recipes/tiny-llama.json", {"model.num_hidden_layers=2"});
+  // A non-default theta with llama3 scaling: the exported config must give transformers 5 the same RoPE.
+  check_round_trip(source_dir() + "/recipes/tiny-llama.json",
+                   {"model.num_hidden_layers=2", "model.rope_theta=50000",
+                    R"(model.rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, )"
+                    R"("high_freq_factor": 4, "original_max_position_embeddings": 32})"});
 }
 
 TEST_CASE("hf: exported Mixtral-style MoE weights give trainer's logits in transformers", "[hf]") {
   install_transformers();
   check_round_trip(source_dir() + "/recipes/tiny-moe.json", {"model.num_hidden_layers=2"});
+}
+
+namespace {
+
+// A model that transformers itself created and saved (hf_make_model.py), in transformers 5's layout
+// (rope_parameters) and in the older one (rope_theta + rope_scaling), read through model.hf_config
+// and model.init_from: trainer's logits and loss equal transformers' on both layouts, and a run
+// started from the weights has that loss as its first.
+void check_transformers_model(const std::string& variant) {
+  TempDir dir;
+  const auto made = run_process({python(), source_dir() + "/test/e2e/hf_make_model.py", dir.path() + "/hf", variant}, 300);
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  const std::string tool = std::string(TRAINER_BINARY_DIR) + "/hf_logits_tool";
+  std::vector<std::string> outputs;
+  for (const std::string layout : {"new", "old"}) {
+    const std::string hf = dir.path() + "/hf/" + layout;
+    // Only the HF config describes the model; the recipe adds training and data.
+    const std::string recipe = dir.write("recipe-" + layout + ".json", R"({"model": {"hf_config": ")" + hf + R"("},
+      "training": {"seq_len": 48, "micro_batch_size": 4, "global_batch_size": 8, "steps": 1, "seed": 7},
+      "optimizer": {"warmup_steps": 0}, "data": {"source": "synthetic"}})");
+    const auto validated = run_process({trainer_binary(), "validate", recipe});
+    INFO(validated.err);
+    REQUIRE(validated.exit_code == 0);
+    CHECK(validated.err.find("warning") == std::string::npos);  // every key of transformers' config is known
+    outputs.push_back(dir.path() + "/ours-" + layout + ".safetensors");
+    const auto ours = run_process({tool, recipe, "--hf", hf, "8", outputs.back()}, 120);
+    INFO(ours.out << ours.err);
+    REQUIRE(ours.exit_code == 0);
+    if (layout == "new") {
+      const auto started = run_process({trainer_binary(), "run", recipe, "--set", "model.init_from=" + hf, "--set",
+                                        "logging.metrics_file=" + dir.path() + "/init.jsonl"},
+                                       120, {"OMP_NUM_THREADS=1"});
+      INFO(started.out << started.err);
+      REQUIRE(started.exit_code == 0);
+      CHECK(read_jsonl(dir.path() + "/init.jsonl").front()["loss"].get<double>() ==
+            Approx(loss_of(ours.out)).epsilon(1e-6));
+    }
+  }
+  std::vector<std::string> compare = {python(), source_dir() + "/test/e2e/hf_compare.py", dir.path() + "/hf/new"};
+  compare.insert(compare.end(), outputs.begin(), outputs.end());
+  const auto compared = run_process(compare, 300);
+  INFO(compared.out << compared.err);
+  CHECK(compared.exit_code == 0);
+  WARN(compared.out);  // the measured differences, for the record
+}
+
+}  // namespace
+
+TEST_CASE("hf: a Llama made by transformers (rope_theta 50000, tied embeddings, GQA 6/2) in both config layouts",
+          "[hf]") {
+  install_transformers();
+  check_transformers_model("theta");
+}
+
+TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling, in both config layouts", "[hf]") {
+  install_transformers();
+  check_transformers_model("llama3");
+}
+
+TEST_CASE("hf: a Mistral and a Mixtral made by transformers, in both config layouts", "[hf]") {
+  install_transformers();
+  check_transformers_model("mistral");
+  check_transformers_model("mixtral");
 }
 
 TEST_CASE("hf: init_from without weights is an error naming the directory", "[hf]") {

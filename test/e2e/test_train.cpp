@@ -82,7 +82,7 @@ TEST_CASE("train: resume continues with a bit-identical loss sequence", "[train]
   // checkpoint.resume=auto picks up the latest checkpoint in checkpoint.dir: nothing left to do.
   const auto again = run(kTiny, with(kSmall, {"training.steps=8", "checkpoint.dir=" + a}));
   CHECK(again.exit_code == 0);
-  CHECK(again.out.find("resumed from " + a + "/step-00000008") != std::string::npos);
+  CHECK(again.out.find("nothing to train: checkpoint " + a + "/step-00000008 is at step 8") != std::string::npos);
 }
 
 TEST_CASE("train: one micro-batch of 8 and 8 micro-batches of 1 give the same updates", "[train]") {
@@ -114,6 +114,53 @@ TEST_CASE("train: SIGTERM finishes the step and writes a checkpoint", "[train]")
   CHECK(r.out.find("stopping after step") != std::string::npos);
   CHECK(r.out.find("checkpoint ") != std::string::npos);
   CHECK(std::filesystem::exists(dir.path() + "/ck/latest"));
+}
+
+TEST_CASE("train: Ctrl-C in a terminal (SIGINT to the whole process group) finishes the step and checkpoints a "
+          "multi-worker run", "[train]") {
+  // The terminal signals every process of the foreground group: the launcher, which forwards the
+  // signal, and each worker. One Ctrl-C must still be one request.
+  TempDir dir;
+  const std::string script = dir.write("ctrl_c.sh", "cd " + dir.path() + "\n" + trainer_binary() + " run " + kTiny +
+      " --nproc-per-node 2 --set training.steps=100000 --set optimizer.warmup_steps=10 --set checkpoint.dir=" +
+      dir.path() + "/ck --set logging.interval=1 > out.txt 2> err.txt &\n"
+      "P=$!\n"
+      "for i in $(seq 1 1200); do grep -q '^step ' out.txt && break; sleep 0.1; done\n"
+      "trap '' INT\n"
+      "kill -INT -- -$$\n"  // setsid made this shell the leader of a new process group
+      "wait $P\n"
+      "echo \"exit $?\"\n");
+  const auto r = run_process({"/usr/bin/setsid", "--wait", "/bin/bash", script}, 180, {"OMP_NUM_THREADS=1"});
+  const std::string out = read_file(dir.path() + "/out.txt"), err = read_file(dir.path() + "/err.txt");
+  INFO(r.out << r.err << out << err);
+  CHECK(r.out.find("exit 0") != std::string::npos);
+  CHECK(out.find("stopping after step") != std::string::npos);
+  CHECK(out.find("committed") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.path() + "/ck/latest"));
+}
+
+TEST_CASE("train: workers split the node's cores unless OMP_NUM_THREADS says otherwise", "[train]") {
+  const std::vector<std::string> argv = {trainer_binary(), "run", kTiny, "--nproc-per-node", "2",
+                                         "--set", "training.steps=2", "--set", "optimizer.warmup_steps=1"};
+  const auto by_default = run_process(argv, 120, {"OMP_NUM_THREADS="});
+  INFO(by_default.out << by_default.err);
+  REQUIRE(by_default.exit_code == 0);
+  CHECK(by_default.out.find("intra-op thread") != std::string::npos);
+  const bool split = by_default.out.find("local workers; set OMP_NUM_THREADS to choose)") != std::string::npos ||
+                     by_default.out.find("this process is bound to") != std::string::npos;
+  CHECK(split);
+  const auto chosen = run_process(argv, 120, {"OMP_NUM_THREADS=1"});
+  INFO(chosen.out << chosen.err);
+  REQUIRE(chosen.exit_code == 0);
+  CHECK(chosen.out.find("threads: 1 intra-op thread per worker (OMP_NUM_THREADS=1;") != std::string::npos);
+}
+
+TEST_CASE("train: a warm-up longer than the run is a warning, and the run trains", "[train]") {
+  const auto r = run(kTiny, {"training.steps=3", "model.num_hidden_layers=1"});  // tiny-llama warms up for 10 steps
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("warning: optimizer.warmup_steps=10 exceeds training.steps=3") != std::string::npos);
+  CHECK(r.out.find("finished after step 3 of 3") != std::string::npos);
 }
 
 TEST_CASE("train: a diverging run stops naming the step and the quantity", "[train]") {

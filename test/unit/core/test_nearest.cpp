@@ -21,3 +21,9 @@ TEST_CASE("nearest candidate finds plausible misspellings only", "[core]") {
   CHECK(nearest_candidate("completely_unrelated_name", keys).empty());
   CHECK(nearest_candidate("x", {}).empty());
 }
+
+TEST_CASE("nearest candidate takes an abbreviation for the shortest name it begins", "[core]") {
+  const std::vector<std::string> gpus = {"a100-80g", "h100-sxm", "h100-pcie", "h200", "b200"};
+  CHECK(nearest_candidate("h100", gpus) == "h100-sxm");  // not h200, one edit away
+  CHECK(nearest_candidate("a100", gpus) == "a100-80g");
+}

@@ -3,7 +3,11 @@
 #include "core/error.h"
 #include "estimate/plan.h"
 #include "estimate_fixture.h"
+#include "recipe/runtime_support.h"
 #include "recipe/validate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 using namespace trainer::estimate;
 using trainer::test::load;
@@ -18,6 +22,7 @@ void check_plan(const std::string& recipe, int64_t gpus, const std::vector<std::
   PlanOptions options;
   options.gpus = gpus;
   options.top = 20;
+  options.runnable_only = false;  // the whole search space
   const auto result = plan_search(base.recipe, gpu, options);
   INFO(recipe << " on " << gpus << " GPUs: " << result.fitting << " fit");
   CHECK(result.considered >= result.valid);
@@ -74,6 +79,7 @@ TEST_CASE("plan for 1024 GPUs searches in under 2 seconds", "[estimate][plan]") 
     const auto base = load(recipe);
     PlanOptions options;
     options.gpus = 1024;
+    options.runnable_only = false;
     const auto result = plan_search(base.recipe, builtin_profile("h100-sxm"), options);
     INFO(recipe);
     CHECK(result.seconds < 2.0);
@@ -88,6 +94,7 @@ TEST_CASE("plan JSON lists the configurations with their overrides", "[estimate]
   PlanOptions options;
   options.gpus = 16;
   options.top = 3;
+  options.runnable_only = false;
   const auto& gpu = builtin_profile("h100-sxm");
   const auto doc = plan_json(plan_search(base.recipe, gpu, options), gpu, options, "llama3-8b.json");
   CHECK(doc["schema_version"] == 1);
@@ -100,4 +107,40 @@ TEST_CASE("plan JSON lists the configurations with their overrides", "[estimate]
   CHECK(first["overrides"].size() >= 9);
   const std::string text = plan_text(plan_search(base.recipe, gpu, options), gpu, options, "llama3-8b.json");
   CHECK(text.find("#1 as overrides:") != std::string::npos);
+}
+
+TEST_CASE("plan proposes only what this build's trainer run accepts, unless asked for everything", "[estimate][plan]") {
+  const auto base = load("llama3-8b.json");
+  const auto& gpu = builtin_profile("h100-sxm");
+  PlanOptions options;
+  options.gpus = 64;
+  options.top = 20;
+  const auto runnable = plan_search(base.recipe, gpu, options);
+  CHECK(runnable.not_runnable > 0);
+  for (const auto& c : runnable.best) {
+    INFO(fmt::format("{}", fmt::join(c.overrides, " ")));
+    CHECK(trainer::recipe::runtime_support_problems(c.recipe).empty());
+    CHECK(c.runnable);
+  }
+  options.runnable_only = false;
+  const auto everything = plan_search(base.recipe, gpu, options);
+  CHECK(everything.not_runnable == 0);
+  CHECK(everything.fitting > runnable.fitting);
+  const std::string text = plan_text(runnable, gpu, options, "llama3-8b.json");
+  CHECK(text.find("need tp, pp, cp, ep > 1 or ZeRO-2/3") != std::string::npos);
+}
+
+TEST_CASE("plan names batch divisibility when no layout splits the global batch", "[estimate][plan]") {
+  // 3 layers, 1 head, an odd sequence: no tp, cp or pp fits 4 GPUs, so dp is 4, which 7 sequences cannot split.
+  const auto base = load("tiny-llama.json", {"training.global_batch_size=7", "training.micro_batch_size=7",
+                                             "model.num_hidden_layers=3", "model.num_attention_heads=1",
+                                             "model.num_key_value_heads=1", "training.seq_len=127"});
+  const auto& gpu = builtin_profile("h100-sxm");
+  PlanOptions options;
+  options.gpus = 4;
+  const auto result = plan_search(base.recipe, gpu, options);
+  CHECK(result.considered == 0);
+  const std::string text = plan_text(result, gpu, options, "tiny-llama.json");
+  CHECK(text.find("no layout splits the global batch of 7 sequences") != std::string::npos);
+  CHECK(text.find("try more GPUs") == std::string::npos);
 }

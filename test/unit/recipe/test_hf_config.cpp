@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "process.h"
 #include "recipe_fixture.h"
@@ -60,7 +61,7 @@ TEST_CASE("unsupported Hugging Face features are errors naming the file and fiel
   CHECK(any_contains(problems, "hidden_act \"gelu\" is not supported"));
   CHECK(any_contains(problems, "attention_bias true is not supported"));
   CHECK(any_contains(problems, "sliding_window 4096 is not supported"));
-  CHECK(any_contains(problems, "rope_scaling {\"rope_type\":\"yarn\"} is not supported"));
+  CHECK(any_contains(problems, "rope_scaling.rope_type \"yarn\" is not supported"));
   CHECK(any_contains(problems, "model.vocab_size: found \"x\" (a string)"));
 }
 
@@ -71,4 +72,98 @@ TEST_CASE("a missing or malformed hf_config file is a user error naming it", "[r
   const std::string bad = dir.write("config.json", "{\"vocab_size\": }");
   CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + bad + R"("}})"),
                      bad + ":1:16: malformed JSON"));
+}
+
+namespace {
+// The same Llama 3 model as kLlamaConfig, in the layout transformers 5 writes.
+const char* kLlamaConfigV5 = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "max_position_embeddings": 131072, "tie_word_embeddings": false, "attention_bias": false,
+  "rope_parameters": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "rope_theta": 500000.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "dtype": "bfloat16", "bos_token_id": 128000, "transformers_version": "5.23.0", "use_cache": true
+})";
+// A complete small recipe whose model section also names an HF config (the recipe's fields win).
+trainer::recipe::LoadedRecipe load_with_hf(const std::string& hf_config, const std::string& dir) {
+  return load_text(R"({"model": {"hf_config": ")" + hf_config + R"(", "vocab_size": 1024, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4},
+    "training": {"seq_len": 256, "micro_batch_size": 2, "global_batch_size": 32, "steps": 100}})",
+                   dir);
+}
+}  // namespace
+
+TEST_CASE("transformers 5's rope_parameters and the old rope_theta/rope_scaling resolve to the same recipe",
+          "[recipe]") {
+  TempDir dir;
+  dir.write("old/config.json", kLlamaConfig);
+  dir.write("new/config.json", kLlamaConfigV5);
+  const auto old_layout = load_text(R"({"model": {"hf_config": "old"}})", dir.path());
+  const auto new_layout = load_text(R"({"model": {"hf_config": "new"}})", dir.path());
+  CHECK(new_layout.recipe.model.rope_theta == 500000.0);
+  REQUIRE(new_layout.recipe.model.rope_scaling);
+  CHECK(new_layout.recipe.model.rope_scaling->rope_type == "llama3");
+  CHECK(new_layout.recipe.model.rope_scaling->factor == 8.0);
+  auto without_source = [](nlohmann::json resolved) {
+    resolved["model"].erase("hf_config");  // the two files' paths
+    return resolved;
+  };
+  CHECK(without_source(new_layout.resolved) == without_source(old_layout.resolved));
+  CHECK(new_layout.warnings.empty());  // every key is read or known to be harmless
+
+  // rope_type default: a theta only; linear: a factor.
+  dir.write("default.json", R"({"rope_parameters": {"rope_type": "default", "rope_theta": 1234.5}})");
+  const auto plain = load_with_hf("default.json", dir.path()).recipe.model;
+  CHECK(plain.rope_theta == 1234.5);
+  CHECK_FALSE(plain.rope_scaling);
+  dir.write("linear.json", R"({"rope_theta": 777.0, "rope_parameters": {"rope_type": "linear", "factor": 2.0}})");
+  const auto linear = load_with_hf("linear.json", dir.path()).recipe.model;
+  CHECK(linear.rope_theta == 777.0);  // the top-level theta when the dict has none, as transformers does
+  REQUIRE(linear.rope_scaling);
+  CHECK(linear.rope_scaling->rope_type == "linear");
+  CHECK(linear.rope_scaling->factor == 2.0);
+  // llama3 without original_max_position_embeddings falls back to max_position_embeddings (transformers' rule).
+  dir.write("l3.json", R"({"max_position_embeddings": 4096, "rope_parameters": {"rope_type": "llama3",
+    "rope_theta": 5e5, "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}})");
+  const auto l3 = load_with_hf("l3.json", dir.path()).recipe.model;
+  REQUIRE(l3.rope_scaling);
+  CHECK(l3.rope_scaling->original_max_position_embeddings == 4096);
+}
+
+TEST_CASE("RoPE types and features trainer cannot honour are errors naming the file and key", "[recipe]") {
+  TempDir dir;
+  const std::string file = dir.write("config.json", R"({"model_type": "mixtral",
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0},
+    "router_jitter_noise": 0.1, "attention_dropout": 0.1, "use_sliding_window": true})");
+  const auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + file + R"("}})");
+  CHECK(any_contains(problems, "model.hf_config " + file + ": rope_parameters.rope_type \"yarn\" is not supported"));
+  CHECK(any_contains(problems, "router_jitter_noise 0.1 is not supported"));
+  CHECK(any_contains(problems, "attention_dropout 0.1 is not supported"));
+  CHECK(any_contains(problems, "use_sliding_window true is not supported"));
+  for (const char* type : {"dynamic", "longrope", "proportional"}) {
+    dir.write("t.json", fmt::format(R"({{"rope_parameters": {{"rope_type": "{}", "factor": 2.0}}}})", type));
+    CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/t.json"}})"),
+                       fmt::format("rope_type \"{}\" is not supported", type)));
+  }
+  dir.write("partial.json", R"({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}})");
+  CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/partial.json"}})"),
+                     "partial_rotary_factor 0.5 is not supported"));
+  dir.write("missing.json", R"({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}})");
+  CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/missing.json"}})"),
+                     "rope_parameters: rope_type llama3 needs low_freq_factor"));
+  dir.write("both.json", R"({"rope_theta": 1e4, "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}})");
+  CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/both.json"}})"),
+                     "rope_parameters and rope_scaling disagree"));
+}
+
+TEST_CASE("keys of an HF config that trainer neither reads nor knows are listed in one warning", "[recipe]") {
+  TempDir dir;
+  dir.write("config.json", R"({"model_type": "llama", "vocab_size": 1024, "use_cache": false,
+    "fancy_new_norm": true, "qk_layernorm": true, "dtype": "float32"})");
+  const auto loaded = load_with_hf("config.json", dir.path());
+  REQUIRE(loaded.warnings.size() == 1);
+  CHECK(loaded.warnings[0].find("ignoring 2 keys trainer does not know: fancy_new_norm, qk_layernorm") !=
+        std::string::npos);
 }

@@ -2,6 +2,7 @@
 
 #include "recipe/keys.h"
 #include "recipe/schema.h"
+#include "process.h"
 #include "recipe_fixture.h"
 
 using namespace trainer::test;
@@ -114,4 +115,32 @@ TEST_CASE("resolved JSON loads back to the same recipe", "[recipe]") {
                                 "data.paths=[\"a\",\"b\"]", "data.weights=[1,2]"});
   const auto second = load_base({}, std::nullopt, first.resolved.dump());
   CHECK(first.resolved == second.resolved);
+}
+
+TEST_CASE("relative paths: in the recipe file against its directory, in --set against the working directory",
+          "[recipe]") {
+  trainer::test::TempDir dir;
+  const std::string recipe = dir.write("sub/r.json", R"({"model": {"vocab_size": 64, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+    "init_from": "weights"}, "training": {"seq_len": 16, "micro_batch_size": 1, "global_batch_size": 1, "steps": 1},
+    "checkpoint": {"dir": "../ck"}, "logging": {"metrics_file": "/abs/m.jsonl"},
+    "data": {"source": "tokens", "paths": ["data/a", "/abs/b"]}})");
+  trainer::recipe::LoadOptions options;
+  const auto r = trainer::recipe::load_recipe(recipe, options).recipe;
+  CHECK(*r.model.init_from == dir.path() + "/sub/weights");
+  CHECK(*r.checkpoint.dir == dir.path() + "/ck");
+  CHECK(*r.logging.metrics_file == "/abs/m.jsonl");
+  CHECK(r.data.paths == std::vector<std::string>{dir.path() + "/sub/data/a", "/abs/b"});
+  options.overrides = {"checkpoint.dir=here", "model.init_from=w2"};
+  const auto set = trainer::recipe::load_recipe(recipe, options).recipe;
+  CHECK(*set.checkpoint.dir == "here");
+  CHECK(*set.model.init_from == "w2");
+}
+
+TEST_CASE("empty strings are not paths", "[recipe]") {
+  for (const char* key : {"checkpoint.dir", "model.init_from", "logging.metrics_file", "model.hf_config"}) {
+    INFO(key);
+    CHECK(trainer::test::any_contains(trainer::test::problems_of({std::string(key) + "="}),
+                                      std::string(key) + " is an empty string; give a path, or null for none"));
+  }
 }

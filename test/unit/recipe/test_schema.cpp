@@ -42,7 +42,7 @@ TEST_CASE("type and range checks say what was found and what is expected", "[rec
   CHECK(check_value(*find_key("parallel.pipeline_schedule"), "zb") ==
         "found \"zb\", expected one of gpipe, 1f1b, interleaved_1f1b");
   CHECK(check_value(*find_key("optimizer.betas"), nlohmann::json::array({0.9})) ==
-        "found 1 elements, expected a list of numbers >= 0 and <= 1 (2 elements)");
+        "found 1 element, expected a list of numbers >= 0 and <= 1 (2 elements)");
   CHECK(check_value(*find_key("optimizer.betas"), nlohmann::json::array({0.9, 1.5})) ==
         "element [1]: found 1.5, expected a list of numbers >= 0 and <= 1 (2 elements)");
   CHECK(check_value(*find_key("optimizer.lr"), 0) == "found 0, expected a number > 0");

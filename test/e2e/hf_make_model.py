@@ -1,0 +1,53 @@
+"""Creates a small model with transformers itself: its own random weights and its own config.json,
+for the test that trainer reads what transformers writes (test_hf.cpp).
+usage: hf_make_model.py OUT_DIR VARIANT
+  VARIANT theta:   Llama, rope_theta 50000, tied embeddings
+          llama3:  Llama, rope_theta 500000 with llama3 scaling (factor 8, original context 32)
+          mistral: Mistral, rope_theta 1e6, no sliding window
+          mixtral: Mixtral, 4 experts, top-2
+  Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12.
+Writes OUT_DIR/new (as transformers 5 saves it: rope_parameters) and OUT_DIR/old (the same weights,
+the config rewritten in transformers 4's layout: top-level rope_theta and rope_scaling)."""
+import json
+import os
+import sys
+
+import torch
+import transformers
+
+out_dir, variant = sys.argv[1], sys.argv[2]
+torch.manual_seed(1)
+common = dict(vocab_size=256, hidden_size=72, intermediate_size=100, num_hidden_layers=2, num_attention_heads=6,
+              num_key_value_heads=2, head_dim=12, max_position_embeddings=256, rms_norm_eps=1e-5,
+              initializer_range=0.1, tie_word_embeddings=False)
+if variant == "theta":
+    common["tie_word_embeddings"] = True
+    config = transformers.LlamaConfig(**common, rope_theta=50000.0)
+elif variant == "llama3":
+    config = transformers.LlamaConfig(**common, rope_theta=500000.0, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32})
+elif variant == "mistral":
+    config = transformers.MistralConfig(**common, rope_theta=1e6, sliding_window=None)
+elif variant == "mixtral":
+    config = transformers.MixtralConfig(**common, rope_theta=20000.0, num_local_experts=4, num_experts_per_tok=2)
+else:
+    sys.exit(f"unknown variant {variant}")
+model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+new_dir, old_dir = os.path.join(out_dir, "new"), os.path.join(out_dir, "old")
+model.save_pretrained(new_dir)
+
+with open(os.path.join(new_dir, "config.json")) as f:
+    saved = json.load(f)
+assert "rope_parameters" in saved and "rope_theta" not in saved, f"not the transformers 5 layout: {saved}"
+old = dict(saved)
+rope = dict(old.pop("rope_parameters"))
+old["rope_theta"] = rope.pop("rope_theta")
+old["rope_scaling"] = None if rope["rope_type"] == "default" else rope
+os.makedirs(old_dir, exist_ok=True)
+with open(os.path.join(old_dir, "config.json"), "w") as f:
+    json.dump(old, f, indent=2)
+for name in os.listdir(new_dir):
+    if name != "config.json":
+        os.symlink(os.path.join(os.path.abspath(new_dir), name), os.path.join(old_dir, name))
+print(f"{variant}: transformers {transformers.__version__} wrote rope_parameters {saved['rope_parameters']}")
