@@ -83,6 +83,7 @@ int run_validate(const ValidateOptions& options) {
                stdout);
   else
     std::fputs((loaded.resolved.dump(2) + "\n").c_str(), stdout);
+  std::fflush(stdout);  // the verdict comes last, also when both streams go to one pipe
   std::fputs(fmt::format("{}: valid{}\n", options.recipe_path,
                          loaded.mesh ? fmt::format(" at world size {} (--json also prints the resolved recipe)",
                                                    loaded.mesh->world_size)

@@ -57,6 +57,7 @@ CheckpointWriter::CheckpointWriter(WriterOptions options) : options_(std::move(o
 
 CheckpointWriter::~CheckpointWriter() {
   try {
+    if (reserved_.valid()) reserved_.get();
     wait();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -97,8 +98,18 @@ double CheckpointWriter::before_parameter_update() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void CheckpointWriter::reserve(const CheckpointContent& content) {
+  if (!options_.async || reserved_.valid()) return;
+  const int64_t rank = options_.channel->rank();
+  reserved_ = std::async(std::launch::async, [this, records = content.tensors, rank] {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNiceness);  // training goes first
+    snapshot_.reserve(records, rank);
+  });
+}
+
 void CheckpointWriter::save(CheckpointContent content) {
   wait();  // one save in flight at a time; the snapshot buffers are free again
+  if (reserved_.valid()) reserved_.get();  // rethrows a failed allocation
   const int64_t sequence = ++sequence_;
   const WriterOptions options = options_;
   auto* channel = options_.channel.get();

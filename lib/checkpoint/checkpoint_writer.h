@@ -38,6 +38,9 @@ class CheckpointWriter {
   explicit CheckpointWriter(WriterOptions options);
   ~CheckpointWriter();  // waits for the save in flight (errors are printed, not thrown)
 
+  // Asynchronous saves: prepares the snapshot buffer for checkpoints like `content` in the
+  // background (host_snapshot.h: reserve), so that the first save stalls no longer than later ones.
+  void reserve(const CheckpointContent& content);
   // Starts saving this rank's part of a checkpoint (every rank calls it, in the same order).
   // Throws std::runtime_error when the previous save failed.
   void save(CheckpointContent content);
@@ -62,6 +65,7 @@ class CheckpointWriter {
   std::shared_future<void> snapshot_taken_;
   bool snapshot_pending_ = false;
   std::future<std::string> in_flight_;
+  std::future<void> reserved_;  // the background reserve(); save() waits for it
   std::string last_committed_;
   std::string reported_;  // the last directory take_committed() returned
 };

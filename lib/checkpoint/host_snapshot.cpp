@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <optional>
 
@@ -27,7 +29,27 @@ struct HostSnapshot::Impl {
   bool device_copies_pending = false;
 
   char* data_of(size_t i) const { return image + layout.prefix.size() + layout.offsets[i]; }
+
+  // Makes room for `needed` bytes (pinned when the tensors live on a GPU); false when it already was.
+  bool ensure_capacity(size_t needed, bool on_device) {
+    if (needed <= capacity && on_device == pinned) return false;
+    constexpr size_t kAlign = FileWriter::kAlignment;
+    storage = at::Tensor();  // free the old buffer first
+    storage = at::empty({int64_t(needed + kAlign)}, at::TensorOptions().dtype(at::kByte).pinned_memory(on_device));
+    auto* base = static_cast<char*>(storage.data_ptr());
+    image = base + (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    capacity = needed;
+    pinned = on_device;
+    return true;
+  }
 };
+
+namespace {
+size_t image_bytes(const SafetensorsLayout& layout) {
+  constexpr size_t kAlign = FileWriter::kAlignment;
+  return (layout.prefix.size() + layout.data_bytes + kAlign - 1) / kAlign * kAlign;
+}
+}  // namespace
 
 HostSnapshot::HostSnapshot() : impl_(std::make_unique<Impl>()) {}
 HostSnapshot::~HostSnapshot() = default;
@@ -42,17 +64,21 @@ void HostSnapshot::prepare(const std::vector<TensorRecord>& records, int64_t ran
     s.originals.push_back(r.tensor.detach());
     on_device = on_device || r.tensor.is_cuda();
   }
-  constexpr size_t kAlign = FileWriter::kAlignment;
-  const size_t needed = (s.layout.prefix.size() + s.layout.data_bytes + kAlign - 1) / kAlign * kAlign;
-  if (needed > s.capacity || on_device != s.pinned) {
-    s.storage = at::Tensor();  // free the old buffer first
-    s.storage = at::empty({int64_t(needed + kAlign)}, at::TensorOptions().dtype(at::kByte).pinned_memory(on_device));
-    auto* base = static_cast<char*>(s.storage.data_ptr());
-    s.image = base + (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
-    s.capacity = needed;
-    s.pinned = on_device;
-  }
+  s.ensure_capacity(image_bytes(s.layout), on_device);
   std::memcpy(s.image, s.layout.prefix.data(), s.layout.prefix.size());
+}
+
+void HostSnapshot::reserve(const std::vector<TensorRecord>& records, int64_t rank) {
+  auto& s = *impl_;
+  const ShardPlan plan = plan_rank_shard(rank, records);
+  const SafetensorsLayout layout = layout_safetensors(plan.file, plan.entries, plan.metadata);
+  bool on_device = false;
+  for (const auto& r : records) on_device = on_device || r.tensor.is_cuda();
+  if (!s.ensure_capacity(image_bytes(layout), on_device) || s.pinned) return;  // pinned memory is resident already
+  // One write per page makes the kernel map (and zero) it now rather than during the first copy.
+  const long page = ::sysconf(_SC_PAGESIZE);
+  volatile char* bytes = s.image;
+  for (size_t at = 0; at < s.capacity; at += size_t(page > 0 ? page : 4096)) bytes[at] = 0;
 }
 
 void HostSnapshot::start_device_copies() {

@@ -23,6 +23,11 @@ class HostSnapshot {
   HostSnapshot(const HostSnapshot&) = delete;
   HostSnapshot& operator=(const HostSnapshot&) = delete;
 
+  // Allocates the buffer that prepare() will need for `records` and touches every page, so that the
+  // first save does not pay for faulting in a fresh buffer while training waits for its copy (a
+  // 400 MB snapshot: 0.9 s of stall on the first save instead of milliseconds). Meant to run on a
+  // background thread at start-up, before the first prepare() (which must not run concurrently).
+  void reserve(const std::vector<TensorRecord>& records, int64_t rank);
   // Lays out rank `rank`'s shard file for `records` in the buffer (grown when too small) and
   // remembers the originals. The buffer must not be in use (the previous save is done).
   void prepare(const std::vector<TensorRecord>& records, int64_t rank);

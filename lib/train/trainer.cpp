@@ -208,6 +208,8 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
           groups.store(), groups.global_rank(), mesh.world_size,
           std::chrono::seconds(int64_t(std::ceil(r.parallel.collective_timeout_s))));
     writer = std::make_unique<checkpoint::CheckpointWriter>(std::move(writer_options));
+    writer->reserve(capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
+                                           progress, groups.coordinates().dp, mesh.dp));
   }
   struct PendingSnapshot {
     int64_t step = 0;

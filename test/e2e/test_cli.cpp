@@ -125,3 +125,48 @@ TEST_CASE("run --dry-run is trainer estimate at the run's world size", "[cli]") 
   CHECK(est.exit_code == 0);
   CHECK(dry.out == est.out);
 }
+
+TEST_CASE("run --dry-run predicts the run this machine would do", "[cli]") {
+  const auto dry = run_trainer({"run", kTiny, "--dry-run"});
+  INFO(dry.out << dry.err);
+  REQUIRE(dry.exit_code == 0);
+  // Without a GPU, run trains on the CPU: the dry run is estimate --cpu, and its hint is an option run has.
+  const auto cpu = run_trainer({"estimate", kTiny, "--cpu"});
+  const auto gpu = run_trainer({"estimate", kTiny});
+  const bool has_gpu = run_trainer({"--version"}).out.find("NCCL: not linked") == std::string::npos &&
+                       run_trainer({"--version"}).out.find("no usable CUDA device") == std::string::npos;
+  if (!has_gpu) {
+    CHECK(dry.out.find("--world-size") == std::string::npos);
+    std::string expected = cpu.out;
+    for (size_t at; (at = expected.find("--world-size N")) != std::string::npos;)
+      expected.replace(at, 14, "--nproc-per-node N");
+    CHECK(dry.out == expected);
+  }
+  CHECK(gpu.exit_code == 0);
+}
+
+TEST_CASE("command-line mistakes get messages a user can act on", "[cli]") {
+  auto r = run_trainer({"validate", kTiny, "--world-size", "0"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("expected a positive integer, found \"0\"") != std::string::npos);
+  r = run_trainer({"run", kTiny, "--steps", "10"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("error: unexpected arguments: --steps 10; recipe values are set with --set, e.g. --set "
+                   "training.steps=10") != std::string::npos);
+  r = run_trainer({"estimate", kTiny, "--gpu", "h100"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("did you mean \"h100-sxm\"") != std::string::npos);
+  // Every line of a multi-problem error reads "error: ...".
+  r = run_trainer({"validate", kTiny, "--set", "parallel.tp=4", "--set", "optimizer.min_lr=1"});
+  CHECK(r.exit_code == 2);
+  size_t lines = 0, prefixed = 0;
+  for (size_t start = 0, end; start < r.err.size(); start = end + 1) {
+    end = r.err.find('\n', start);
+    if (end == std::string::npos) end = r.err.size();
+    if (end == start) continue;
+    ++lines;
+    if (r.err.compare(start, 7, "error: ") == 0) ++prefixed;
+  }
+  CHECK(lines >= 2);
+  CHECK(prefixed == lines);
+}

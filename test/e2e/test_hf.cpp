@@ -118,7 +118,7 @@ void check_transformers_model(const std::string& variant) {
     const std::string hf = dir.path() + "/hf/" + layout;
     // Only the HF config describes the model; the recipe adds training and data.
     const std::string recipe = dir.write("recipe-" + layout + ".json", R"({"model": {"hf_config": ")" + hf + R"("},
-      "training": {"seq_len": 48, "micro_batch_size": 4, "global_batch_size": 8, "steps": 1, "seed": 7},
+      "training": {"seq_len": 48, "micro_batch_size": 4, "global_batch_size": 8, "steps": 1, "seed": 7, "dtype": "fp32"},
       "optimizer": {"warmup_steps": 0}, "data": {"source": "synthetic"}})");
     const auto validated = run_process({trainer_binary(), "validate", recipe});
     INFO(validated.err);

@@ -5,6 +5,8 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "process.h"
 
 using namespace trainer::test;
@@ -50,4 +52,22 @@ TEST_CASE("the tiny recipes also validate with data parallelism", "[recipes]") {
       INFO(recipe << " at " << world << ": " << r.err);
       CHECK(r.exit_code == 0);
     }
+}
+
+TEST_CASE("every real-model recipe fits an 80 GB H100 at its intended world size (by the estimator)", "[recipes]") {
+  const auto sizes = intended_world_sizes();
+  int checked = 0;
+  for (const auto& [file, world] : sizes) {
+    if (file.rfind("tiny-", 0) == 0) continue;  // CPU recipes
+    const auto r = run_process({trainer_binary(), "estimate", source_dir() + "/recipes/" + file, "--world-size", world,
+                                "--gpu", "h100-sxm", "--json"},
+                               60);
+    INFO(file << " at " << world << ": " << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto memory = nlohmann::json::parse(r.out).at("memory");
+    INFO("device total " << memory.at("device_total_bytes").get<double>() / (1 << 30) << " GiB");
+    CHECK(memory.at("fits").get<bool>());
+    ++checked;
+  }
+  CHECK(checked >= 6);
 }
