@@ -214,19 +214,23 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   struct PendingSnapshot {
     int64_t step = 0;
     std::string why;
+    double previous_s = 0;  // waiting for the previous save's write (one save in flight at a time)
     double start_s = 0;
   };
   std::optional<PendingSnapshot> pending;  // an asynchronous save whose snapshot training may still wait for
   auto save = [&](const char* why, bool more_steps) {
     if (!writer) return;
     const auto t0 = Clock::now();
+    writer->wait();  // timed apart: a previous write still running is the disk's cost, not the snapshot's
+    const auto t1 = Clock::now();
     writer->save(capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
                                         progress, groups.coordinates().dp, mesh.dp));
+    const double previous = std::chrono::duration<double>(t1 - t0).count();
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!r.checkpoint.async)
       say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s", progress.step, why, seconds));
     else if (more_steps)
-      pending = PendingSnapshot{progress.step, why, seconds};
+      pending = PendingSnapshot{progress.step, why, previous, seconds - previous};
     else
       say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s, writing in the background",
                       progress.step, why, seconds));
@@ -235,9 +239,11 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   auto snapshot_fence = [&] {
     if (!pending) return;
     const double waited = writer->before_parameter_update();
-    say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s ({:.4f} s starting the snapshot, {:.4f} s "
-                    "waiting for it before the next optimizer step), writing in the background",
-                    pending->step, pending->why, pending->start_s + waited, pending->start_s, waited));
+    say(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s ({:.4f} s waiting for the previous save's "
+                    "write, {:.4f} s starting the snapshot, {:.4f} s waiting for it before the next optimizer step), "
+                    "writing in the background",
+                    pending->step, pending->why, pending->previous_s + pending->start_s + waited, pending->previous_s,
+                    pending->start_s, waited));
     pending.reset();
   };
 
