@@ -9,13 +9,21 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <optional>
 
 namespace trainer::checkpoint {
 
 struct HostSnapshot::Impl {
-  at::Tensor storage;  // bytes; `image` starts at the first aligned address in it
+  // The buffer: pinned memory from libtorch's host allocator for GPU tensors; for CPU tensors plain
+  // aligned memory, outside libtorch's allocator, so that staging bytes are not counted as tensor
+  // memory by the CPU memory tracker (the metrics' mem_peak_bytes and the estimator's replay).
+  at::Tensor storage;
+  std::unique_ptr<char, decltype(&std::free)> plain{nullptr, &std::free};
   char* image = nullptr;
   size_t capacity = 0;  // usable bytes from `image`
   bool pinned = false;
@@ -35,9 +43,16 @@ struct HostSnapshot::Impl {
     if (needed <= capacity && on_device == pinned) return false;
     constexpr size_t kAlign = FileWriter::kAlignment;
     storage = at::Tensor();  // free the old buffer first
-    storage = at::empty({int64_t(needed + kAlign)}, at::TensorOptions().dtype(at::kByte).pinned_memory(on_device));
-    auto* base = static_cast<char*>(storage.data_ptr());
-    image = base + (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    plain.reset();
+    if (on_device) {
+      storage = at::empty({int64_t(needed + kAlign)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      auto* base = static_cast<char*>(storage.data_ptr());
+      image = base + (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    } else {
+      plain.reset(static_cast<char*>(std::aligned_alloc(kAlign, needed)));  // needed is a multiple of kAlign
+      if (!plain) throw std::runtime_error(fmt::format("cannot allocate {} bytes for the checkpoint snapshot", needed));
+      image = plain.get();
+    }
     capacity = needed;
     pinned = on_device;
     return true;
