@@ -25,6 +25,7 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
     std::string reason = e.what();
     if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) reason = c10_error->what_without_backtrace();
     if (const auto newline = reason.find('\n'); newline != std::string::npos) reason.resize(newline);
+    while (!reason.empty() && (reason.back() == '.' || reason.back() == ' ')) reason.pop_back();
     throw std::runtime_error(fmt::format(
         "rank {}: cannot {} the rendezvous store at {}:{} (address from {}) within {} s: {}. Check MASTER_ADDR and "
         "MASTER_PORT, that rank 0 is running, and that the port is free and reachable",

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "process.h"
 
 using namespace trainer::test;
@@ -169,4 +171,16 @@ TEST_CASE("command-line mistakes get messages a user can act on", "[cli]") {
   }
   CHECK(lines >= 2);
   CHECK(prefixed == lines);
+}
+
+TEST_CASE("a rendezvous timeout is one line naming the address - the ranks that joined and the timeout", "[cli]") {
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--set", "parallel.collective_timeout_s=2"}, 60,
+                             {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                              "MASTER_PORT=29561", "OMP_NUM_THREADS=1"});
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("rank 0: cannot serve the rendezvous store at 127.0.0.1:29561") != std::string::npos);
+  CHECK(r.err.find("within 2 s") != std::string::npos);
+  CHECK(r.err.find("1/2 clients joined") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // no C++ stack frames
 }

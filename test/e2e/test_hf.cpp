@@ -148,18 +148,18 @@ void check_transformers_model(const std::string& variant) {
 
 }  // namespace
 
-TEST_CASE("hf: a Llama made by transformers (rope_theta 50000, tied embeddings, GQA 6/2) in both config layouts",
+TEST_CASE("hf: a Llama made by transformers (rope_theta 50000 - tied embeddings - GQA 6/2) in both config layouts",
           "[hf]") {
   install_transformers();
   check_transformers_model("theta");
 }
 
-TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling, in both config layouts", "[hf]") {
+TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling in both config layouts", "[hf]") {
   install_transformers();
   check_transformers_model("llama3");
 }
 
-TEST_CASE("hf: a Mistral and a Mixtral made by transformers, in both config layouts", "[hf]") {
+TEST_CASE("hf: a Mistral and a Mixtral made by transformers in both config layouts", "[hf]") {
   install_transformers();
   check_transformers_model("mistral");
   check_transformers_model("mixtral");

@@ -155,7 +155,7 @@ TEST_CASE("train: workers split the node's cores unless OMP_NUM_THREADS says oth
   CHECK(chosen.out.find("threads: 1 intra-op thread per worker (OMP_NUM_THREADS=1;") != std::string::npos);
 }
 
-TEST_CASE("train: a warm-up longer than the run is a warning, and the run trains", "[train]") {
+TEST_CASE("train: a warm-up longer than the run is a warning and the run trains", "[train]") {
   const auto r = run(kTiny, {"training.steps=3", "model.num_hidden_layers=1"});  // tiny-llama warms up for 10 steps
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);

@@ -109,7 +109,7 @@ TEST_CASE("plan JSON lists the configurations with their overrides", "[estimate]
   CHECK(text.find("#1 as overrides:") != std::string::npos);
 }
 
-TEST_CASE("plan proposes only what this build's trainer run accepts, unless asked for everything", "[estimate][plan]") {
+TEST_CASE("plan proposes only what this build's trainer run accepts unless asked for everything", "[estimate][plan]") {
   const auto base = load("llama3-8b.json");
   const auto& gpu = builtin_profile("h100-sxm");
   PlanOptions options;

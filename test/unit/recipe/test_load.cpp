@@ -117,7 +117,7 @@ TEST_CASE("resolved JSON loads back to the same recipe", "[recipe]") {
   CHECK(first.resolved == second.resolved);
 }
 
-TEST_CASE("relative paths: in the recipe file against its directory, in --set against the working directory",
+TEST_CASE("relative paths: in the recipe file against its directory - in --set against the working directory",
           "[recipe]") {
   trainer::test::TempDir dir;
   const std::string recipe = dir.write("sub/r.json", R"({"model": {"vocab_size": 64, "hidden_size": 32,

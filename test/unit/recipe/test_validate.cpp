@@ -188,7 +188,7 @@ TEST_CASE("rule: learning-rate schedule", "[recipe][rules]") {
   expect_problem({"optimizer.min_lr=1", "optimizer.lr=0.003"}, std::nullopt, {"(for example 0.0003)"});
 }
 
-TEST_CASE("a warm-up longer than the run is a warning, not an error", "[recipe][rules]") {
+TEST_CASE("a warm-up longer than the run is a warning - not an error", "[recipe][rules]") {
   const auto loaded = load_base({"optimizer.warmup_steps=101"});
   REQUIRE(loaded.warnings.size() == 1);
   CHECK(loaded.warnings[0].find("optimizer.warmup_steps=101 exceeds training.steps=100") != std::string::npos);
