@@ -2,9 +2,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/dir_claim.h"
 #include "checkpoint/hf_export.h"
 #include "commands.h"
 #include "metrics/human_format.h"
@@ -25,6 +28,16 @@ int inspect(const CkptOptions& options) {
   std::printf("  step %lld, %lld samples consumed, format version %d\n", (long long)loaded.step(),
               (long long)loaded.consumed_samples(), m.value("version", 0));
   std::printf("  mesh %s\n", m.value("mesh", nlohmann::json::object()).dump().c_str());
+  // The directory's claim (dir_claim.h): which job, if any, is writing checkpoints here.
+  const std::filesystem::path step_dir(loaded.path());
+  std::optional<checkpoint::ClaimStatus> claim;
+  for (const auto& dir : {std::filesystem::path(options.dir), step_dir.parent_path()})
+    if (!claim) claim = checkpoint::read_claim(dir.string());
+  if (!claim)
+    std::printf("  claim: none (no job is writing to this directory)\n");
+  else
+    std::printf("  claim: %s: %s (%s)\n", claim->describe().c_str(),
+                claim->live ? "live" : "not live, the next job takes it over", claim->why.c_str());
   int64_t total = 0, count = 0;
   std::printf("  %-64s %-9s %s\n", "tensor", "dtype", "global shape");
   for (const auto& [name, record] : m.at("tensors").items()) {

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "commands.h"
+#include "checkpoint/dir_claim.h"
 #include "core/error.h"
 #include "estimate/estimate_command.h"
 #include "mesh/process_groups.h"
@@ -31,6 +32,7 @@ struct RunOptions {
   int nproc_per_node = 1;
   bool dry_run = false;
   bool cpu = false;
+  bool force = false;  // take checkpoint.dir over even from a job that looks alive
   std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
 
@@ -47,6 +49,16 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
   check_supported(loaded.recipe, loaded.source);
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
+  // One job per checkpoint directory, settled before any process group or GPU is touched.
+  std::unique_ptr<checkpoint::DirClaim> claim;
+  if (const auto& dir = loaded.recipe.checkpoint.dir) {
+    const checkpoint::ClaimIdentity me{env.job,
+                                       fmt::format("{}:{}/{}", env.master_addr, env.master_port, env.world_size)};
+    if (env.rank == 0)
+      claim = checkpoint::DirClaim::acquire(*dir, me, options.force);
+    else if (!options.force)
+      checkpoint::DirClaim::check_not_claimed_by_other(*dir, me);
+  }
   const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
   at::set_num_threads(threads.threads);
   if (env.rank == 0 && env.world_size > 1)
@@ -75,6 +87,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   train::TrainOptions train_options;
   train_options.force_cpu = options.cpu;
   train_options.local_rank = env.local_rank;
+  train_options.claim = claim.get();
   const train::TrainSummary summary = train::train(loaded, *groups, train_options);
   if (env.rank == 0 && !summary.nothing_to_do)
     std::printf("%s after step %lld of %lld; last loss %.4f%s\n", summary.stopped_by_signal ? "stopped" : "finished",
@@ -101,7 +114,10 @@ int run_training(const RunOptions& options) {
     recipe::LoadOptions load;
     load.overrides = options.overrides;
     load.world_size = options.nproc_per_node;
-    check_supported(recipe::load_recipe(options.recipe_path, load).recipe, options.recipe_path);
+    const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+    check_supported(loaded.recipe, options.recipe_path);
+    if (loaded.recipe.checkpoint.dir && !options.force)
+      checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});
     runtime::LocalLaunchOptions launch;
     launch.nproc = options.nproc_per_node;
     launch.argv = options.argv;
@@ -142,6 +158,8 @@ CommandAction add_run_command(CLI::App& parent) {
       ->check(positive_integer());
   command->add_flag("--dry-run", options->dry_run, "Predict memory and step time (same as `trainer estimate`)");
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
+  command->add_flag("--force", options->force,
+                    "Take checkpoint.dir over even when another job's claim on it looks alive");
   return [options] {
     // The workers get the same command line minus --nproc-per-node.
     options->argv = {"trainer", "run", options->recipe_path};
@@ -150,6 +168,7 @@ CommandAction add_run_command(CLI::App& parent) {
       options->argv.push_back(o);
     }
     if (options->cpu) options->argv.push_back("--cpu");
+    if (options->force) options->argv.push_back("--force");
     return run_training(*options);
   };
 }

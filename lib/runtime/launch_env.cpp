@@ -97,6 +97,15 @@ LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
       found = &launcher;
       break;
     }
+  // The job, for messages naming who holds a checkpoint directory.
+  if (has(env, "SLURM_JOB_ID"))
+    e.job = fmt::format("slurm job {}", env("SLURM_JOB_ID"));
+  else if (has(env, "PMIX_NAMESPACE"))
+    e.job = fmt::format("mpirun job {}", env("PMIX_NAMESPACE"));
+  else if (has(env, "OMPI_MCA_ess_base_jobid"))
+    e.job = fmt::format("mpirun job {}", env("OMPI_MCA_ess_base_jobid"));
+  else if (has(env, "TRAINER_LAUNCHER_PID"))
+    e.job = fmt::format("local job (launcher pid {})", env("TRAINER_LAUNCHER_PID"));
   if (!found) return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
   e.launcher = found->name;
   const std::string rank_var = found->rank, size_var = found->size;

@@ -17,6 +17,7 @@ struct LaunchEnvironment {
   int master_port = 29500;
   std::string master_source = "default";  // where the address came from, for messages
   std::vector<std::string> nodes;         // Slurm's node list, expanded
+  std::string job;  // "slurm job 1234", "mpirun job NS", "local job (launcher pid N)", "" standalone
 };
 
 using GetEnv = std::function<const char*(const char*)>;

@@ -65,6 +65,7 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("TRAINER_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);
       // argv[0] is what ps shows: "trainer worker rank N run RECIPE ...".
       const std::string self = "/proc/self/exe", title = fmt::format("trainer worker rank {}", rank);
       std::vector<char*> args;

@@ -18,6 +18,7 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/commit_channel.h"
 #include "checkpoint/dir_check.h"
+#include "checkpoint/dir_claim.h"
 #include "core/error.h"
 #include "core/plural.h"
 #include "data/dataset.h"
@@ -351,6 +352,9 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       reset_peak_memory();  // the next logged peak covers the steps since this line
     }
 
+    if (options.claim && options.claim->lost())
+      throw std::runtime_error(fmt::format("checkpoint.dir {} was taken over by {}; this job stops without writing "
+                                           "another checkpoint", *r.checkpoint.dir, options.claim->lost_to()));
     if (stop.item<double>() > 0) {
       say(fmt::format("stopping after step {} on a signal", progress.step));
       save("on stop", false);

@@ -10,6 +10,10 @@
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
 
+namespace trainer::checkpoint {
+class DirClaim;
+}
+
 namespace trainer::train {
 
 struct TrainSummary {
@@ -25,6 +29,7 @@ struct TrainOptions {
   FILE* log = stdout;   // where rank 0's lines go
   bool force_cpu = false;
   int64_t local_rank = 0;  // picks the GPU
+  const checkpoint::DirClaim* claim = nullptr;  // rank 0's claim on checkpoint.dir: training stops if it is lost
 };
 
 // Runs training to recipe.training.steps (or until a stop signal). `groups` describe this rank
