@@ -36,11 +36,21 @@ class Work {
   virtual void wait() = 0;
 };
 
+// One message of a send_recv batch. Between two ranks a receive takes the send with the same tag,
+// whatever order the two sides post them in, so two messages of the same shape to one peer (a
+// pipeline's activations of two micro-batches, say) cannot be swapped. Gloo matches by tag; NCCL
+// has no tags and matches in posting order, so its backend issues every batch's messages sorted
+// by (peer, tag) on both sides; across batches it relies on both sides posting batches in the
+// same order. Tags are 0..2^31-1.
 struct P2POp {
   enum class Kind { Send, Recv } kind;
   at::Tensor tensor;
-  int64_t peer;  // rank within the group
+  int64_t peer;      // rank within the group
+  int64_t tag = 0;
 };
+
+// ops sorted by (peer, tag), stable; throws CommError for a tag outside 0..2^31-1.
+std::vector<P2POp> in_matching_order(const std::vector<P2POp>& ops);
 
 class Communicator {
  public:

@@ -121,9 +121,9 @@ class GlooCommunicator : public Communicator {
 
   std::unique_ptr<Work> send_recv(const std::vector<P2POp>& ops) override {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (const auto& op : ops) {
+    for (const auto& op : in_matching_order(ops)) {  // checks the tags
       std::vector<at::Tensor> tensors = {op.tensor};
-      const int tag = 0;
+      const int tag = int(op.tag);
       if (op.kind == P2POp::Kind::Send)
         works.push_back(guarded("send", [&] { return pg_->send(tensors, int(op.peer), tag); }));
       else

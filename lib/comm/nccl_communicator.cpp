@@ -129,7 +129,8 @@ class NcclCommunicator : public Communicator {
     });
   }
 
-  std::unique_ptr<Work> send_recv(const std::vector<P2POp>& ops) override {
+  std::unique_ptr<Work> send_recv(const std::vector<P2POp>& unordered) override {
+    const std::vector<P2POp> ops = in_matching_order(unordered);  // NCCL matches by order, not tag
     std::vector<at::Tensor> tensors;
     for (const auto& op : ops) tensors.push_back(op.tensor);
     return run("send/recv", tensors, [&](cudaStream_t s) {

@@ -80,6 +80,35 @@ void check_group(comm::Communicator& g, int64_t global_rank) {
       ->wait();
   expect_equal(from_prev, at::full({4}, double(members[(r + n - 1) % n]), f), name + " send/recv");
 
+  // Two messages of the same shape to one peer, told apart by their tags: the receiver posts its
+  // receives in the opposite order (in one batch, then in two batches), and each lands in its buffer.
+  if (n >= 2 && r < 2) {
+    const int64_t peer = 1 - r;
+    if (r == 0) {
+      for (int round = 0; round < 2; ++round) {
+        at::Tensor first = at::full({6}, 1.0 + round, f), second = at::full({6}, 10.0 + round, f);
+        g.send_recv({{comm::P2POp::Kind::Send, first, peer, 7}, {comm::P2POp::Kind::Send, second, peer, 8}})->wait();
+      }
+    } else {
+      at::Tensor second = at::empty({6}, f), first = at::empty({6}, f);
+      g.send_recv({{comm::P2POp::Kind::Recv, second, peer, 8}, {comm::P2POp::Kind::Recv, first, peer, 7}})->wait();
+      expect_equal(first, at::full({6}, 1.0, f), name + " tagged recv (one batch), tag 7");
+      expect_equal(second, at::full({6}, 10.0, f), name + " tagged recv (one batch), tag 8");
+      // Across batches (Gloo, which these tests run on; NCCL matches batches in posting order).
+      auto late = g.send_recv({{comm::P2POp::Kind::Recv, second, peer, 8}});
+      auto early = g.send_recv({{comm::P2POp::Kind::Recv, first, peer, 7}});
+      late->wait();
+      early->wait();
+      expect_equal(first, at::full({6}, 2.0, f), name + " tagged recv (two batches), tag 7");
+      expect_equal(second, at::full({6}, 11.0, f), name + " tagged recv (two batches), tag 8");
+    }
+  }
+  try {
+    g.send_recv({{comm::P2POp::Kind::Send, to_next, (r + 1) % n, -1}});
+    throw std::runtime_error(name + ": a negative tag was accepted");
+  } catch (const comm::CommError&) {
+  }
+
   at::Tensor b = at::full({2}, r == n - 1 ? 42.0 : -1.0, f);
   g.broadcast(b, n - 1)->wait();
   expect_equal(b, at::full({2}, 42.0, f), name + " broadcast");
