@@ -13,6 +13,7 @@ CommandAction add_validate_command(CLI::App& parent);
 CommandAction add_estimate_command(CLI::App& parent);
 CommandAction add_plan_command(CLI::App& parent);
 CommandAction add_ckpt_command(CLI::App& parent);
+CommandAction add_data_command(CLI::App& parent);
 
 // A check for counts (world size, GPUs, workers): "--gpus 0: expected a positive integer".
 CLI::Validator positive_integer();

@@ -34,3 +34,6 @@ APT_PACKAGES=(
 )
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+# Installed by the data-format test (with --no-deps; it needs torch and numpy only): the reference
+# writer of Megatron-LM's indexed datasets that trainer reads.
+MEGATRON_TEST_PACKAGES=("megatron-core==0.16.1")

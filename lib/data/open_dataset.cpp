@@ -1,31 +1,16 @@
 // open_dataset: from the recipe's data section to a Dataset, with every problem in the files
 // reported as a UserError before training starts.
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/synthetic_dataset.h"
 #include "data/token_dataset.h"
+#include "data/token_source.h"
 
 namespace trainer::data {
 
 namespace {
-
-bool exists(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0;
-}
-
-// data.paths holds prefixes; a user who names one of the two files means its prefix.
-std::string prefix_of(const std::string& path) {
-  for (const char* extension : {".bin", ".idx"}) {
-    const std::string ext = extension;
-    if (path.size() > ext.size() && path.ends_with(ext) && !exists(path + ".bin"))
-      return path.substr(0, path.size() - ext.size());
-  }
-  return path;
-}
 
 std::unique_ptr<Dataset> open_tokens(const recipe::Recipe& recipe) {
   const auto& data = recipe.data;
@@ -39,12 +24,12 @@ std::unique_ptr<Dataset> open_tokens(const recipe::Recipe& recipe) {
     if (!(data.weights[j] > 0))
       throw UserError(fmt::format("data.weights[{}]={} must be > 0", j, data.weights[j]));
 
-  std::vector<TokenFile> files;
+  std::vector<std::unique_ptr<TokenSource>> files;
   for (const auto& path : data.paths) {
-    TokenFile file = TokenFile::open(prefix_of(path), recipe.model.vocab_size);
-    if (file.token_count() < static_cast<uint64_t>(seq_len) + 1)
-      throw UserError(fmt::format("{}.bin: {} tokens, too few for one sample of training.seq_len + 1 = {} tokens",
-                                  file.prefix(), file.token_count(), seq_len + 1));
+    auto file = open_token_source(path, data.format, recipe.model.vocab_size);
+    if (file->token_count() < static_cast<uint64_t>(seq_len) + 1)
+      throw UserError(fmt::format("{}: {} tokens, too few for one sample of training.seq_len + 1 = {} tokens",
+                                  file->name(), file->token_count(), seq_len + 1));
     files.push_back(std::move(file));
   }
   return std::make_unique<TokenDataset>(std::move(files), data.weights, static_cast<uint64_t>(recipe.training.seed));

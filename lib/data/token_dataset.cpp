@@ -13,10 +13,11 @@ namespace {
 // Separates the window order's random numbers from anything else keyed by the same seed.
 constexpr uint64_t kTokenOrderDomain = 0x746f6b656e6f7264ULL;  // "tokenord"
 
-std::vector<double> weights_or_sizes(const std::vector<TokenFile>& files, std::vector<double> weights) {
+std::vector<double> weights_or_sizes(const std::vector<std::unique_ptr<TokenSource>>& files,
+                                     std::vector<double> weights) {
   if (files.empty()) throw std::invalid_argument("TokenDataset: no files");
   if (weights.empty()) {
-    for (const auto& file : files) weights.push_back(static_cast<double>(file.token_count()));
+    for (const auto& file : files) weights.push_back(static_cast<double>(file->token_count()));
   } else if (weights.size() != files.size()) {
     throw std::invalid_argument(fmt::format("TokenDataset: {} weights for {} files", weights.size(), files.size()));
   }
@@ -42,18 +43,29 @@ uint64_t window_count(uint64_t tokens, int64_t seq_len) {
   return tokens == 0 ? 0 : (tokens - 1) / static_cast<uint64_t>(seq_len);
 }
 
-TokenDataset::TokenDataset(std::vector<TokenFile> files, std::vector<double> weights, uint64_t seed)
-    : mixture_(weights_or_sizes(files, std::move(weights))),
-      key_(hash_words(kTokenOrderDomain, seed)) {
-  files_ = std::move(files);
+TokenDataset::TokenDataset(std::vector<std::unique_ptr<TokenSource>> sources, std::vector<double> weights,
+                           uint64_t seed)
+    : mixture_(weights_or_sizes(sources, std::move(weights))), key_(hash_words(kTokenOrderDomain, seed)) {
+  sources_ = std::move(sources);
 }
+
+namespace {
+std::vector<std::unique_ptr<TokenSource>> as_sources(std::vector<TokenFile> files) {
+  std::vector<std::unique_ptr<TokenSource>> sources;
+  for (auto& file : files) sources.push_back(std::make_unique<TokenFile>(std::move(file)));
+  return sources;
+}
+}  // namespace
+
+TokenDataset::TokenDataset(std::vector<TokenFile> files, std::vector<double> weights, uint64_t seed)
+    : TokenDataset(as_sources(std::move(files)), std::move(weights), seed) {}
 
 TokenSampleLocation TokenDataset::locate(uint64_t index, int64_t seq_len) const {
   const MixtureSlot slot = mixture_.locate(index);
-  const TokenFile& file = files_[slot.dataset];
+  const TokenSource& file = *sources_[slot.dataset];
   const uint64_t windows = window_count(file.token_count(), seq_len);
   if (windows == 0)
-    throw std::invalid_argument(fmt::format("{}.bin: {} tokens cannot hold a sample of {} + 1", file.prefix(),
+    throw std::invalid_argument(fmt::format("{}: {} tokens cannot hold a sample of {} + 1", file.name(),
                                             file.token_count(), seq_len));
   const uint64_t epoch = slot.local_index / windows;
   const uint64_t position = slot.local_index % windows;
@@ -62,21 +74,30 @@ TokenSampleLocation TokenDataset::locate(uint64_t index, int64_t seq_len) const 
 
 void TokenDataset::sample(uint64_t index, int64_t seq_len, int32_t* out) const {
   const TokenSampleLocation at = locate(index, seq_len);
-  files_[at.dataset].read(at.window * static_cast<uint64_t>(seq_len), static_cast<uint64_t>(seq_len) + 1, out);
+  sources_[at.dataset]->read(at.window * static_cast<uint64_t>(seq_len), static_cast<uint64_t>(seq_len) + 1, out);
 }
 
 std::string TokenDataset::describe() const {
   uint64_t tokens = 0, documents = 0;
-  for (const auto& file : files_) {
-    tokens += file.token_count();
-    documents += file.document_count();
+  bool all_documents = true;
+  std::string formats;
+  for (const auto& file : sources_) {
+    tokens += file->token_count();
+    if (const auto d = file->documents())
+      documents += *d;
+    else
+      all_documents = false;
+    if (formats.find(file->format()) == std::string::npos) formats += (formats.empty() ? "" : "+") + file->format();
   }
-  std::string text = fmt::format("tokens: {} file{}, {} document{}, {} tokens", files_.size(),
-                                 files_.size() == 1 ? "" : "s", short_count(documents), documents == 1 ? "" : "s",
+  std::string text = fmt::format("tokens: {} file{} ({}), {}{} tokens", sources_.size(),
+                                 sources_.size() == 1 ? "" : "s", formats,
+                                 all_documents ? fmt::format("{} document{}, ", short_count(documents),
+                                                             documents == 1 ? "" : "s")
+                                               : "",
                                  short_count(tokens));
-  if (files_.size() > 1) {
+  if (sources_.size() > 1) {
     text += ", weights ";
-    for (size_t j = 0; j < files_.size(); ++j) text += fmt::format("{}{:.3g}", j ? "/" : "", mixture_.weights()[j]);
+    for (size_t j = 0; j < sources_.size(); ++j) text += fmt::format("{}{:.3g}", j ? "/" : "", mixture_.weights()[j]);
   }
   return text;
 }

@@ -7,6 +7,7 @@
 //   2. epoch e = k / W_j and position p = k % W_j (W_j windows), and the window is
 //      permuted_window(p, W_j, hash(seed, j, e)): a fresh shuffle each epoch.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/mixture.h"
 #include "data/token_file.h"
+#include "data/token_source.h"
 
 namespace trainer::data {
 
@@ -29,6 +31,7 @@ class TokenDataset final : public Dataset {
   // weights: one per file, or empty for weights in proportion to each file's token count.
   // Throws std::invalid_argument on a weight count mismatch or a non-positive weight (the
   // recipe's validation reports those to the user first).
+  TokenDataset(std::vector<std::unique_ptr<TokenSource>> sources, std::vector<double> weights, uint64_t seed);
   TokenDataset(std::vector<TokenFile> files, std::vector<double> weights, uint64_t seed);
 
   // Requires every file to hold at least seq_len + 1 tokens (open_dataset checks it for the
@@ -39,11 +42,11 @@ class TokenDataset final : public Dataset {
   std::string describe() const override;
 
   TokenSampleLocation locate(uint64_t index, int64_t seq_len) const;
-  const std::vector<TokenFile>& files() const { return files_; }
+  const std::vector<std::unique_ptr<TokenSource>>& sources() const { return sources_; }
   const Mixture& mixture() const { return mixture_; }
 
  private:
-  std::vector<TokenFile> files_;
+  std::vector<std::unique_ptr<TokenSource>> sources_;
   Mixture mixture_;
   uint64_t key_ = 0;
 };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data/mapped_file.h"
+#include "data/token_source.h"
 
 namespace trainer::data {
 
@@ -28,7 +29,7 @@ inline constexpr size_t kIndexHeaderBytes = 32;
 int token_bytes_for_vocab(int64_t vocab_size);
 
 // A validated, memory-mapped token dataset. Immutable after open, so safe to read from any thread.
-class TokenFile {
+class TokenFile final : public TokenSource {
  public:
   // Opens PREFIX.bin and PREFIX.idx and checks everything the format promises: both files exist,
   // magic, version, bytes per token, sizes that match the headers (truncation), document offsets
@@ -37,16 +38,21 @@ class TokenFile {
   // naming the file and what is wrong.
   static TokenFile open(const std::string& prefix, int64_t vocab_size);
 
+  TokenFile(TokenFile&&) = default;
   const std::string& prefix() const { return prefix_; }
-  uint64_t token_count() const { return token_count_; }
+  const std::string& name() const override { return prefix_; }
+  std::string format() const override { return "trainer"; }
+  uint64_t token_count() const override { return token_count_; }
   uint64_t document_count() const { return document_count_; }
-  uint64_t max_token_id() const { return max_token_id_; }
+  std::optional<uint64_t> documents() const override { return document_count_; }
+  uint64_t max_token_id() const override { return max_token_id_; }
+  std::string token_type() const override { return token_bytes_ == 2 ? "uint16" : "uint32"; }
   int token_bytes() const { return token_bytes_; }
   // Where document d starts (d <= document_count(); d == document_count() gives token_count()).
   uint64_t document_offset(uint64_t d) const;
 
   // Copies tokens [begin, begin + count) to out as int32. Requires begin + count <= token_count().
-  void read(uint64_t begin, uint64_t count, int32_t* out) const;
+  void read(uint64_t begin, uint64_t count, int32_t* out) const override;
 
  private:
   TokenFile(std::string prefix, MappedFile bin, MappedFile idx);

@@ -86,6 +86,7 @@ struct OptimizerConfig {
 struct DataConfig {
   std::string source = "synthetic";
   std::vector<std::string> paths;
+  std::string format = "auto";  // auto, trainer, megatron, llmc
   std::vector<double> weights;  // empty: proportional to dataset sizes
 };
 

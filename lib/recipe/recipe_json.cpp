@@ -146,6 +146,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   auto& data = r.data;
   data.source = get<std::string>(d, "data.source");
   data.paths = get<std::vector<std::string>>(d, "data.paths");
+  data.format = get<std::string>(d, "data.format");
   if (!at(d, "data.weights").is_null()) data.weights = get<std::vector<double>>(d, "data.weights");
 
   auto& c = r.checkpoint;
@@ -221,7 +222,7 @@ json recipe_to_json(const Recipe& r) {
        {{"name", o.name}, {"lr", o.lr}, {"min_lr", o.min_lr}, {"warmup_steps", o.warmup_steps}, {"decay", o.decay},
         {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}},
       {"data",
-       {{"source", r.data.source}, {"paths", r.data.paths},
+       {{"source", r.data.source}, {"paths", r.data.paths}, {"format", r.data.format},
         {"weights", r.data.weights.empty() ? json(nullptr) : json(r.data.weights)}}},
       {"checkpoint",
        {{"dir", optional_json(c.dir)}, {"interval", c.interval}, {"async", c.async}, {"keep", c.keep},

@@ -188,10 +188,15 @@ std::vector<KeySpec> build_schema() {
                      {"synthetic", "tokens"}));
   {
     KeySpec paths = key("data.paths", K::StringList, json::array(),
-                        "Token dataset prefixes (source tokens); relative to the working directory.");
+                        "Token datasets (source tokens): a prefix P of P.bin and P.idx (trainer's or Megatron-LM's "
+                        "format), one of those files, an llm.c shard, or a glob of llm.c shards.");
     paths.nullable = false;
     s.push_back(paths);
   }
+  s.push_back(one_of(key("data.format", K::String, "auto",
+                         "Format of data.paths: auto (detected from the files' magic numbers), trainer, megatron or "
+                         "llmc."),
+                     {"auto", "trainer", "megatron", "llmc"}));
   s.push_back(positive(key("data.weights", K::NumberList, nullptr,
                            "Mixing weights, one per path; null: in proportion to each dataset's size.")));
 

@@ -26,7 +26,8 @@ TEST_CASE("trainer --help and every subcommand's --help exit 0", "[cli]") {
                                                                 {"plan", "--help"},
                                                                 {"ckpt", "--help"},
                                                                 {"ckpt", "inspect", "--help"},
-                                                                {"ckpt", "export", "--help"}}) {
+                                                                {"ckpt", "export", "--help"},
+                                                                {"data", "inspect", "--help"}}) {
     const auto r = run_trainer(args);
     INFO(args[0] << " " << r.err);
     CHECK(r.exit_code == 0);

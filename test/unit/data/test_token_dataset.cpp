@@ -51,7 +51,7 @@ TEST_CASE("data: token samples are windows - each reached once per epoch in a fr
   write_token_files(dir.path() + "/c", counting_documents({300, 500, 201}), 65536);
   const int64_t seq_len = 8;
   const auto data = open_dataset(token_recipe({dir.path() + "/c"}, seq_len));
-  CHECK(data->describe() == "tokens: 1 file, 3 documents, 1001 tokens");
+  CHECK(data->describe() == "tokens: 1 file (trainer), 3 documents, 1001 tokens");
   CHECK_FALSE(data->entropy_floor().has_value());
 
   const uint64_t windows = 125;
@@ -113,7 +113,7 @@ TEST_CASE("data: mixing follows data.weights - and dataset sizes when they are n
 
   SECTION("null weights: in proportion to token counts (2:1)") {
     const auto data = open_dataset(recipe);
-    CHECK(data->describe() == "tokens: 2 files, 2 documents, 6000 tokens, weights 0.667/0.333");
+    CHECK(data->describe() == "tokens: 2 files (trainer), 2 documents, 6000 tokens, weights 0.667/0.333");
     // Within (m - 1) / 2 = 0.5 samples of the exact share at every prefix: 1e-4 over 20000 samples.
     CHECK(fraction_from_a(*data, 20000) == Approx(2.0 / 3).margin(1e-4));
   }
@@ -137,7 +137,7 @@ TEST_CASE("data: mixing follows data.weights - and dataset sizes when they are n
   }
   SECTION("a path may name the .bin file") {
     recipe.data.paths = {dir.path() + "/a.bin", dir.path() + "/b.idx"};
-    CHECK(open_dataset(recipe)->describe() == "tokens: 2 files, 2 documents, 6000 tokens, weights 0.667/0.333");
+    CHECK(open_dataset(recipe)->describe() == "tokens: 2 files (trainer), 2 documents, 6000 tokens, weights 0.667/0.333");
   }
 }
 
@@ -148,13 +148,13 @@ TEST_CASE("data: bad token data is a user error naming the file", "[data]") {
   using Catch::Matchers::StartsWith;
 
   CHECK(user_error_of([&] { open_dataset(token_recipe({dir.path() + "/short"}, 16)); }) ==
-        dir.path() + "/short.bin: 16 tokens, too few for one sample of training.seq_len + 1 = 17 tokens");
+        dir.path() + "/short: 16 tokens, too few for one sample of training.seq_len + 1 = 17 tokens");
   CHECK_NOTHROW(open_dataset(token_recipe({dir.path() + "/short"}, 15)));
   CHECK_THAT(user_error_of([&] { open_dataset(token_recipe({dir.path() + "/wide"}, 8, 256)); }),
              StartsWith(dir.path() + "/wide.bin: holds token ids up to 299 (header), outside the vocabulary of "
                                      "model.vocab_size=256"));
   CHECK_THAT(user_error_of([&] { open_dataset(token_recipe({dir.path() + "/short", dir.path() + "/none"}, 8)); }),
-             StartsWith(dir.path() + "/none.bin: cannot open file (No such file or directory)"));
+             StartsWith(dir.path() + "/none: no such file, and no " + dir.path() + "/none.bin and"));
   CHECK_THAT(user_error_of([&] { open_dataset(token_recipe({}, 8)); }), StartsWith("data.source=\"tokens\" needs data.paths"));
   auto recipe = token_recipe({dir.path() + "/short"}, 8);
   recipe.data.weights = {1, 2};
