@@ -148,7 +148,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                       continue;
                     }
                     ++result.valid;
-                    const bool runnable = recipe::runtime_support_problems(r).empty();
+                    const bool runnable = recipe::runtime_supports(r);
                     if (!runnable && options.runnable_only) {
                       ++result.not_runnable;
                       continue;

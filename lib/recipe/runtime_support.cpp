@@ -6,6 +6,11 @@
 
 namespace trainer::recipe {
 
+bool runtime_supports(const Recipe& r) {
+  const auto& p = r.parallel;
+  return p.tp == 1 && p.pp == 1 && p.cp == 1 && p.ep == 1 && p.etp == 1 && p.zero <= 1;
+}
+
 std::vector<std::string> runtime_support_problems(const Recipe& r) {
   std::vector<std::string> problems;
   const auto& p = r.parallel;

@@ -11,4 +11,7 @@ namespace trainer::recipe {
 // One message per setting this build cannot run yet ("parallel.tp=2: ..."); empty when it can.
 std::vector<std::string> runtime_support_problems(const Recipe& recipe);
 
+// runtime_support_problems(recipe).empty(), without building messages (plan asks it per candidate).
+bool runtime_supports(const Recipe& recipe);
+
 }  // namespace trainer::recipe

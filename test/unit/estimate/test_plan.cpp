@@ -144,3 +144,12 @@ TEST_CASE("plan names batch divisibility when no layout splits the global batch"
   CHECK(text.find("no layout splits the global batch of 7 sequences") != std::string::npos);
   CHECK(text.find("try more GPUs") == std::string::npos);
 }
+
+TEST_CASE("runtime_supports agrees with runtime_support_problems", "[estimate][plan]") {
+  for (const char* set : {"parallel.tp=2", "parallel.pp=2", "parallel.zero=2", "parallel.zero=1", "parallel.dp=-1"}) {
+    const auto r = load("llama3-8b.json", {"parallel.tp=1", "parallel.pp=1", "parallel.cp=1", "parallel.vpp=1", set})
+                       .recipe;
+    INFO(set);
+    CHECK(trainer::recipe::runtime_supports(r) == trainer::recipe::runtime_support_problems(r).empty());
+  }
+}
