@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/token_file.h"
+#include "data/token_source.h"
 #include "process.h"
 
 namespace trainer::data::test {
@@ -25,6 +26,20 @@ inline std::vector<std::vector<int32_t>> counting_documents(const std::vector<in
     for (int i = 0; i < length; ++i) documents.back().push_back(next++);
   }
   return documents;
+}
+
+// Every token of a source, as read through the interface training uses.
+inline std::vector<int32_t> all_tokens(const TokenSource& source) {
+  std::vector<int32_t> out(source.token_count());
+  source.read(0, source.token_count(), out.data());
+  return out;
+}
+
+// The documents' tokens back to back: what every format stores.
+inline std::vector<int32_t> flatten(const std::vector<std::vector<int32_t>>& documents) {
+  std::vector<int32_t> out;
+  for (const auto& d : documents) out.insert(out.end(), d.begin(), d.end());
+  return out;
 }
 
 // Overwrites bytes of a file at an offset.

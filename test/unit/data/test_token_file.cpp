@@ -10,20 +10,6 @@ using trainer::test::read_file;
 using trainer::test::TempDir;
 using namespace trainer::data::test;
 
-namespace {
-std::vector<int32_t> all_tokens(const TokenFile& file) {
-  std::vector<int32_t> out(file.token_count());
-  file.read(0, file.token_count(), out.data());
-  return out;
-}
-
-std::vector<int32_t> flatten(const std::vector<std::vector<int32_t>>& documents) {
-  std::vector<int32_t> out;
-  for (const auto& d : documents) out.insert(out.end(), d.begin(), d.end());
-  return out;
-}
-}  // namespace
-
 TEST_CASE("data: token files round trip as uint16", "[data]") {
   TempDir dir;
   const std::string prefix = dir.path() + "/small";

@@ -12,20 +12,6 @@ using namespace trainer::data;
 using namespace trainer::data::test;
 using trainer::test::TempDir;
 
-namespace {
-std::vector<int32_t> all_tokens(const TokenSource& source) {
-  std::vector<int32_t> out(source.token_count());
-  source.read(0, source.token_count(), out.data());
-  return out;
-}
-
-std::vector<int32_t> flatten(const std::vector<std::vector<int32_t>>& documents) {
-  std::vector<int32_t> out;
-  for (const auto& d : documents) out.insert(out.end(), d.begin(), d.end());
-  return out;
-}
-}  // namespace
-
 TEST_CASE("data: Megatron indexed datasets read back as uint16 and int32", "[data]") {
   TempDir dir;
   const auto documents = counting_documents({5, 1, 0, 7}, 3);
