@@ -1,5 +1,7 @@
 #include "comm/gloo_communicator.h"
 
+#include "comm/argument_checks.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -76,6 +78,7 @@ class GlooCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
     at::Tensor buffer = input.clone();
     std::vector<at::Tensor> tensors = {buffer};
     c10d::AllreduceOptions options;
@@ -92,6 +95,7 @@ class GlooCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
+    check_all_gather(describe("all_gather"), size(), output, input);
     const int64_t chunk = input.numel();
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int64_t r = 0; r < size(); ++r) outputs[0].push_back(output.reshape({-1}).narrow(0, r * chunk, chunk));
@@ -111,6 +115,7 @@ class GlooCommunicator : public Communicator {
 
   std::unique_ptr<Work> all_to_all(at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& out_splits,
                                    const std::vector<int64_t>& in_splits) override {
+    check_all_to_all(describe("all_to_all"), size(), output, input.contiguous(), out_splits, in_splits);
     c10d::AllToAllOptions options;
     options.timeout = context_->timeout;
     at::Tensor in = input.contiguous();
@@ -120,6 +125,7 @@ class GlooCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> send_recv(const std::vector<P2POp>& ops) override {
+    check_send_recv(describe("send/recv"), size(), rank_, ops);
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (const auto& op : in_matching_order(ops)) {  // checks the tags
       std::vector<at::Tensor> tensors = {op.tensor};

@@ -1,5 +1,7 @@
 #include "comm/nccl_communicator.h"
 
+#include "comm/argument_checks.h"
+
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -94,6 +96,7 @@ class NcclCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
+    check_reduce_scatter(describe("reduce_scatter", context_->step.load()), size(), output, input);
     return run("reduce_scatter", {output, input}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.data_ptr(), output.data_ptr(), size_t(output.numel()),
                                nccl_type(input.scalar_type()), nccl_op(op), comm_, s);
@@ -101,6 +104,7 @@ class NcclCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
+    check_all_gather(describe("all_gather", context_->step.load()), size(), output, input);
     return run("all_gather", {output, input}, [&](cudaStream_t s) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), size_t(input.numel()), nccl_type(input.scalar_type()),
                            comm_, s);
@@ -109,6 +113,7 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Work> all_to_all(at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& out_splits,
                                    const std::vector<int64_t>& in_splits) override {
+    check_all_to_all(describe("all_to_all", context_->step.load()), size(), output, input, out_splits, in_splits);
     const int64_t row = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 0;
     const size_t element = input.element_size();
     return run("all_to_all", {output, input}, [&](cudaStream_t s) {
@@ -130,6 +135,7 @@ class NcclCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> send_recv(const std::vector<P2POp>& unordered) override {
+    check_send_recv(describe("send/recv", context_->step.load()), size(), rank_, unordered);
     const std::vector<P2POp> ops = in_matching_order(unordered);  // NCCL matches by order, not tag
     std::vector<at::Tensor> tensors;
     for (const auto& op : ops) tensors.push_back(op.tensor);

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 
 #include "mesh/process_groups.h"
@@ -108,6 +109,30 @@ void check_group(comm::Communicator& g, int64_t global_rank) {
     throw std::runtime_error(name + ": a negative tag was accepted");
   } catch (const comm::CommError&) {
   }
+
+  // Wrong sizes are refused on every rank before anything is sent (with NCCL they would be writes
+  // past a buffer): no rank waits for the others.
+  auto refused = [&](const std::string& what, const std::function<void()>& call, const std::string& expected) {
+    try {
+      call();
+    } catch (const comm::CommError& e) {
+      if (std::string(e.what()).find(expected) == std::string::npos)
+        throw std::runtime_error(name + " " + what + ": unexpected message: " + e.what());
+      return;
+    }
+    throw std::runtime_error(name + " " + what + ": a wrong size was accepted");
+  };
+  at::Tensor small = at::empty({2}, f), big = at::empty({2 * n + 1}, f);
+  refused("reduce_scatter", [&] { g.reduce_scatter(small, big, comm::ReduceOp::Sum); }, "expected output's 2 x");
+  refused("all_gather", [&] { g.all_gather(big, small); }, "expected input's 2 x");
+  refused("all_gather dtype", [&] { at::Tensor d = at::empty({2 * n}, at::kDouble); g.all_gather(d, small); },
+          "input is Float but output is Double");
+  std::vector<int64_t> ones(size_t(n), 1);
+  refused("all_to_all", [&] { at::Tensor in = at::empty({n + 1, 2}, f), out = at::empty({n, 2}, f); g.all_to_all(out, in, ones, ones); },
+          "but the splits add up to");
+  refused("all_to_all splits", [&] { at::Tensor in = at::empty({1, 2}, f), out = at::empty({1, 2}, f); g.all_to_all(out, in, {1}, {1}); },
+          "splits for a group of");
+  refused("send to self", [&] { g.send_recv({{comm::P2POp::Kind::Send, small, r}}); }, "is not another rank");
 
   at::Tensor b = at::full({2}, r == n - 1 ? 42.0 : -1.0, f);
   g.broadcast(b, n - 1)->wait();
