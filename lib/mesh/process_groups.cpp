@@ -33,10 +33,20 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
       store_(store) {
   std::vector<int64_t> everyone;
   for (int64_t r = 0; r < layout_.world_size(); ++r) everyone.push_back(r);
-  world_ = make_group(store, "world", everyone, global_rank, context_, backend);
+  // One communicator per distinct rank set (one set of connections and, with NCCL, one
+  // communicator and watchdog thread), named after every kind that uses it. Groups partition the
+  // ranks, so every member of a set sees the same kinds map onto it and creates it at the same
+  // point of this fixed order: creation (a rendezvous among the members) cannot deadlock.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> wanted = {{"world", everyone}};
   for (GroupKind kind : all_group_kinds())
-    groups_[kind] =
-        make_group(store, group_kind_name(kind), layout_.group(kind, global_rank), global_rank, context_, backend);
+    wanted.emplace_back(group_kind_name(kind), layout_.group(kind, global_rank));
+  std::map<std::vector<int64_t>, std::string> names;
+  for (const auto& [name, ranks] : wanted) names[ranks] += (names[ranks].empty() ? "" : "/") + name;
+  std::map<std::vector<int64_t>, std::shared_ptr<comm::Communicator>> made;
+  for (const auto& [name, ranks] : wanted)
+    if (!made.count(ranks)) made[ranks] = make_group(store, names.at(ranks), ranks, global_rank, context_, backend);
+  world_ = made.at(everyone);
+  for (GroupKind kind : all_group_kinds()) groups_[kind] = made.at(layout_.group(kind, global_rank));
 }
 
 ProcessGroups::~ProcessGroups() = default;

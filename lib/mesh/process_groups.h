@@ -43,8 +43,10 @@ class ProcessGroups {
   Coordinates coordinates_;
   std::shared_ptr<comm::CommContext> context_;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::unique_ptr<comm::Communicator> world_;
-  std::map<GroupKind, std::unique_ptr<comm::Communicator>> groups_;
+  // Kinds with the same ranks (dp and dp_cp when cp = 1, the world and dp in pure data parallelism)
+  // share one communicator, named after all of them ("dp/dp_cp/edp").
+  std::shared_ptr<comm::Communicator> world_;
+  std::map<GroupKind, std::shared_ptr<comm::Communicator>> groups_;
 };
 
 // A rank's view when there is a single process: every group is the rank itself.

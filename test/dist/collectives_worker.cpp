@@ -158,6 +158,18 @@ int main(int argc, char** argv) {
     mesh::Backend backend;
     backend.interface_address = "127.0.0.1";
     mesh::ProcessGroups groups(mesh::RankLayout(s), env.rank, store, context, backend);
+    // Kinds with the same ranks share one communicator; different ranks never do.
+    for (auto a : mesh::all_group_kinds())
+      for (auto b : mesh::all_group_kinds()) {
+        const bool same_ranks = groups.get(a).global_ranks() == groups.get(b).global_ranks();
+        if (same_ranks != (&groups.get(a) == &groups.get(b)))
+          throw std::runtime_error(fmt::format("groups {} and {}: same ranks {} but shared communicator {}",
+                                               mesh::group_kind_name(a), mesh::group_kind_name(b), same_ranks,
+                                               &groups.get(a) == &groups.get(b)));
+      }
+    if (s.cp == 1 && s.dp > 1 && groups.get(mesh::GroupKind::Dp).name().find("dp_cp") == std::string::npos)
+      throw std::runtime_error("dp and dp_cp have the same ranks but the communicator is named " +
+                               groups.get(mesh::GroupKind::Dp).name());
     int checked = 0;
     for (auto kind : mesh::all_group_kinds()) {
       auto& g = groups.get(kind);
