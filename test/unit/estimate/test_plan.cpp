@@ -8,11 +8,18 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <time.h>
 
 using namespace trainer::estimate;
 using trainer::test::load;
 
 namespace {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
 
 // Every configuration plan returns must load (schema, cross-field and world-size rules) from
 // the recipe file with its overrides, at that many GPUs, and describe the same mesh.
@@ -80,12 +87,16 @@ TEST_CASE("plan for 1024 GPUs searches in under 2 seconds", "[estimate][plan]") 
     PlanOptions options;
     options.gpus = 1024;
     options.runnable_only = false;
+    // The search's own CPU time: ctest runs another test beside this one on CI's 2 cores, which
+    // stretches wall time (2.6 s once under load for a search that takes 0.8-1.0 s alone).
+    const double cpu_start = thread_cpu_seconds();
     const auto result = plan_search(base.recipe, builtin_profile("h100-sxm"), options);
+    const double cpu = thread_cpu_seconds() - cpu_start;
     INFO(recipe);
-    CHECK(result.seconds < 2.0);
+    CHECK(cpu < 2.0);
     CHECK(!result.best.empty());
     WARN(recipe << ": " << result.considered << " combinations, " << result.fitting << " fit, " << result.seconds
-                << " s");
+                << " s wall, " << cpu << " s CPU");
   }
 }
 
