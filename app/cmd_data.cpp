@@ -68,7 +68,7 @@ CommandAction add_data_command(CLI::App& parent) {
                  "datasets (trainer, Megatron-LM or llm.c), validating them as training does");
   inspect_cmd->add_option("paths", options->paths, "Prefixes, files or globs, as in data.paths")->required();
   inspect_cmd->add_option("--format", options->format, "auto (default), trainer, megatron or llmc")
-      ->check(CLI::IsMember({"auto", "trainer", "megatron", "llmc"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(data::kTokenFormats), std::end(data::kTokenFormats))));
   inspect_cmd->add_option("--seq-len", options->seq_len, "Also count the samples of this sequence length")
       ->check(positive_integer());
   inspect_cmd->add_option("--vocab-size", options->vocab_size, "Check every token id is below this (default: none)")

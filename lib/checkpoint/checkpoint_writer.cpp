@@ -79,11 +79,8 @@ std::string CheckpointWriter::wait() {
 }
 
 std::optional<std::string> CheckpointWriter::take_committed() {
-  if (in_flight_.valid() && in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-    const bool snapshot_pending = snapshot_pending_;
-    wait();
-    snapshot_pending_ = snapshot_pending;  // a finished write has taken its snapshot long ago; keep the flag's meaning
-  }
+  // A finished save: wait() returns at once (its write waited for the snapshot copies already).
+  if (in_flight_.valid() && in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) wait();
   if (last_committed_.empty() || last_committed_ == reported_) return std::nullopt;
   reported_ = last_committed_;
   return reported_;

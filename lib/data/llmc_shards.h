@@ -32,7 +32,6 @@ class LlmcShards final : public TokenSource {
   std::optional<uint64_t> documents() const override { return std::nullopt; }
   uint64_t max_token_id() const override { return max_token_id_; }
   std::string token_type() const override { return token_bytes_ == 2 ? "uint16" : "uint32"; }
-  size_t shard_count() const { return shards_.size(); }
   void read(uint64_t begin, uint64_t count, int32_t* out) const override;
 
  private:

@@ -112,10 +112,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
         std::vector<int64_t> etps = {tp};
         if (m.moe && tp > 1) etps.push_back(1);
         for (int64_t mbs : mbss) {
-          if (gbs % (mbs * dp) != 0) {
-            ++result.batch_splits_skipped;
-            continue;
-          }
+          if (gbs % (mbs * dp) != 0) continue;
           const int64_t micro = gbs / (mbs * dp);
           if (pp > 1 && micro < pp) continue;
           for (int64_t vpp : vpps) {

@@ -20,7 +20,7 @@ struct PlanOptions {
   int64_t top = 10;
   double memory_margin = 0.05;  // keep device_total_bytes <= (1 - margin) * device memory
   // Only configurations this build's `trainer run` accepts (recipe/runtime_support.h); false also
-  // ranks those that need dimensions not yet implemented (marked as such).
+  // ranks the others, each candidate saying whether `run` accepts it.
   bool runnable_only = true;
 };
 
@@ -35,7 +35,6 @@ struct PlanResult {
   std::vector<PlanCandidate> best;  // at most `top`, fastest first
   int64_t global_batch_size = 0;
   int64_t considered = 0;           // combinations enumerated
-  int64_t batch_splits_skipped = 0; // layouts whose dp cannot split the global batch into micro-batches
   int64_t not_runnable = 0;         // valid, but this build's `trainer run` cannot train them (skipped)
   std::string first_invalid;        // the first validation problem, when none was valid
   int64_t valid = 0;                // of which validate_recipe accepted

@@ -11,8 +11,17 @@
 #include "checkpoint/hf_export.h"
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
+#include "core/plural.h"
 
 namespace trainer::train {
+
+namespace {
+// For the errors about weights of another model: "3 weights ... have (first: a, b, c)".
+std::string first_names(const std::vector<std::string>& names) {
+  return fmt::format("{}", fmt::join(names.begin(), names.begin() + std::min<size_t>(names.size(), 4), ", "));
+}
+const char* have(const std::vector<std::string>& names) { return names.size() == 1 ? "has" : "have"; }
+}  // namespace
 
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
@@ -52,13 +61,11 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
     if ((name.rfind("model.", 0) == 0 || name == "lm_head.weight") && !model.parameters().find(name))
       unused.push_back(name);
   if (!unused.empty())
-    throw UserError(fmt::format("{}: {} weight{} of the checkpoint {} no parameter in the recipe's model (first: {}); "
+    throw UserError(fmt::format("{}: {} of the checkpoint {} no parameter in the recipe's model (first: {}); "
                                 "it was saved from another model: check model.num_hidden_layers, tie_word_embeddings "
                                 "and model.moe against the checkpoint's recipe (trainer ckpt inspect), or set "
                                 "checkpoint.resume=none to start over",
-                                loaded.path(), unused.size(), unused.size() == 1 ? "" : "s",
-                                unused.size() == 1 ? "has" : "have",
-                                fmt::join(unused.begin(), unused.begin() + std::min<size_t>(unused.size(), 4), ", ")));
+                                loaded.path(), count_of(int64_t(unused.size()), "weight", "weights"), have(unused), first_names(unused)));
   for (auto& p : model.parameters().all()) {
     if (!loaded.contains(p.name))
       throw UserError(fmt::format("{}: checkpoint has no tensor {} (was it saved from another model?)", loaded.path(),
@@ -89,11 +96,10 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
     if (!model.parameters().find(name)) unused.push_back(name);
   }
   if (!unused.empty())
-    throw UserError(fmt::format("{}: {} tensor{} in the Hugging Face weights {} no parameter of the recipe's model "
+    throw UserError(fmt::format("{}: {} in the Hugging Face weights {} no parameter of the recipe's model "
                                 "(first: {}); the weights are of another model: check model.num_hidden_layers, "
                                 "tie_word_embeddings and model.moe against the checkpoint's config.json",
-                                dir, unused.size(), unused.size() == 1 ? "" : "s", unused.size() == 1 ? "has" : "have",
-                                fmt::join(unused.begin(), unused.begin() + std::min<size_t>(unused.size(), 4), ", ")));
+                                dir, count_of(int64_t(unused.size()), "tensor", "tensors"), have(unused), first_names(unused)));
   for (auto& p : model.parameters().all()) {
     auto it = weights.find(p.name);
     if (it == weights.end()) throw UserError(fmt::format("{}: no tensor {} in the Hugging Face weights", dir, p.name));
