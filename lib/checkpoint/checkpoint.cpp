@@ -111,6 +111,7 @@ ShardPlan plan_rank_shard(int64_t rank, const std::vector<TensorRecord>& records
     nlohmann::json shard = {{"file", plan.file}, {"offsets", t.offsets}, {"shape", t.slice_shape}};
     if (key != t.name) shard["key"] = key;
     if (t.flat_range) shard["flat_range"] = {t.flat_range->first, t.flat_range->second};
+    if (t.replicated) shard["replicated_over"] = t.replicated->group;
     auto& entry = plan.report["tensors"][t.name];
     if (entry.is_null())
       entry = {{"dtype", std::string(c10::toString(t.tensor.scalar_type()))},

@@ -33,8 +33,14 @@ struct TensorRecord {
   // When set, `tensor` is 1-D and holds only elements [first, second) of the slice in row-major
   // order (a ZeRO shard's fragment); otherwise it is the whole slice.
   std::optional<std::pair<int64_t, int64_t>> flat_range;
-  // The same data is on every data-parallel rank; only one of them writes it.
-  bool replicated = false;
+  // Set when the same data is on several ranks (the group named `group`, `count` ranks, this one
+  // at `position`): only one of them writes it (shard_assignment.h).
+  struct Replication {
+    std::string group;
+    int64_t position = 0;
+    int64_t count = 1;
+  };
+  std::optional<Replication> replicated;
 
   // The whole tensor.
   static TensorRecord whole(std::string name, at::Tensor tensor);

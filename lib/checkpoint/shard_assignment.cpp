@@ -1,6 +1,7 @@
 #include "checkpoint/shard_assignment.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 namespace trainer::checkpoint {
@@ -19,15 +20,21 @@ std::vector<int64_t> assign_replicated(const std::vector<uint64_t>& bytes, int64
   return owner;
 }
 
-std::vector<TensorRecord> records_to_write(std::vector<TensorRecord> records, int64_t dp_rank, int64_t dp_size) {
-  std::vector<uint64_t> bytes;
-  for (const auto& r : records)
-    if (r.replicated) bytes.push_back(r.tensor.nbytes());
-  const std::vector<int64_t> owner = assign_replicated(bytes, dp_size);
+std::vector<TensorRecord> records_to_write(std::vector<TensorRecord> records) {
+  std::map<std::string, std::vector<size_t>> by_group;
+  for (size_t i = 0; i < records.size(); ++i)
+    if (records[i].replicated) by_group[records[i].replicated->group].push_back(i);
+  std::vector<bool> keep(records.size(), true);
+  for (const auto& [group, members] : by_group) {
+    std::vector<uint64_t> bytes;
+    for (size_t i : members) bytes.push_back(records[i].tensor.nbytes());
+    const TensorRecord::Replication& r = *records[members.front()].replicated;
+    const std::vector<int64_t> owner = assign_replicated(bytes, r.count);
+    for (size_t k = 0; k < members.size(); ++k) keep[members[k]] = owner[k] == r.position;
+  }
   std::vector<TensorRecord> mine;
-  size_t next = 0;
-  for (auto& r : records)
-    if (!r.replicated || owner[next++] == dp_rank) mine.push_back(std::move(r));
+  for (size_t i = 0; i < records.size(); ++i)
+    if (keep[i]) mine.push_back(std::move(records[i]));
   return mine;
 }
 

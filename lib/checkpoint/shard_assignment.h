@@ -1,7 +1,8 @@
 #pragma once
-// Who writes what. A rank writes what only it holds (its ZeRO shards, later its tensor- and
-// pipeline-parallel slices); data that is replicated over the data-parallel ranks is written once,
-// spread over those ranks so that each writes about as much (all ranks write in parallel).
+// Who writes what. A rank writes what only it holds (its ZeRO shards, its tensor- and
+// pipeline-parallel slices); data replicated over a group of ranks (TensorRecord::replicated) is
+// written once, spread over that group so that each rank writes about as much (all ranks write in
+// parallel).
 #include <cstdint>
 #include <vector>
 
@@ -9,12 +10,13 @@
 
 namespace trainer::checkpoint {
 
-// The data-parallel rank that writes each replicated item, given the items' sizes in bytes:
-// largest first, each to the least loaded rank (the lowest on a tie). Every rank computes the
-// same answer from the same sizes.
+// The position in a group of `ranks` that writes each replicated item, given the items' sizes in
+// bytes: largest first, each to the least loaded rank (the lowest on a tie). Every rank computes
+// the same answer from the same sizes.
 std::vector<int64_t> assign_replicated(const std::vector<uint64_t>& bytes, int64_t ranks);
 
-// The records of `records` that data-parallel rank `dp_rank` of `dp_size` writes.
-std::vector<TensorRecord> records_to_write(std::vector<TensorRecord> records, int64_t dp_rank, int64_t dp_size);
+// The records this rank writes: those only it holds, and its share of each replication group's
+// records (assigned per group name over the group's ranks, which all hold the same list).
+std::vector<TensorRecord> records_to_write(std::vector<TensorRecord> records);
 
 }  // namespace trainer::checkpoint

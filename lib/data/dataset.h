@@ -33,4 +33,9 @@ class Dataset {
 // magic/version/header, token ids >= vocab_size, a dataset with fewer than seq_len + 1 tokens.
 std::unique_ptr<Dataset> open_dataset(const recipe::Recipe& recipe);
 
+// The held-out data of evaluation: evaluation.paths (in data.format), or with synthetic data the
+// generator's samples from index 2^62 on, which no training run reaches. The same errors as
+// open_dataset.
+std::unique_ptr<Dataset> open_evaluation_dataset(const recipe::Recipe& recipe);
+
 }  // namespace trainer::data

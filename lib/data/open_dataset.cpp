@@ -35,7 +35,36 @@ std::unique_ptr<Dataset> open_tokens(const recipe::Recipe& recipe) {
   return std::make_unique<TokenDataset>(std::move(files), data.weights, static_cast<uint64_t>(recipe.training.seed));
 }
 
+// Samples [offset, ...) of another dataset: held-out synthetic samples that training never reaches.
+class OffsetDataset : public Dataset {
+ public:
+  OffsetDataset(std::unique_ptr<Dataset> inner, uint64_t offset) : inner_(std::move(inner)), offset_(offset) {}
+  void sample(uint64_t index, int64_t seq_len, int32_t* out) const override {
+    inner_->sample(offset_ + index, seq_len, out);
+  }
+  std::optional<double> entropy_floor() const override { return inner_->entropy_floor(); }
+  std::string describe() const override { return "held-out samples of " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<Dataset> inner_;
+  uint64_t offset_;
+};
+
 }  // namespace
+
+std::unique_ptr<Dataset> open_evaluation_dataset(const recipe::Recipe& recipe) {
+  if (!recipe.evaluation.paths.empty()) {
+    recipe::Recipe held_out = recipe;
+    held_out.data.source = "tokens";
+    held_out.data.paths = recipe.evaluation.paths;
+    held_out.data.weights.clear();
+    return open_tokens(held_out);
+  }
+  if (recipe.data.source != "synthetic")
+    throw UserError("evaluation.paths is empty: name held-out token datasets to evaluate on (held-out samples "
+                    "without files exist only for data.source=\"synthetic\")");
+  return std::make_unique<OffsetDataset>(open_dataset(recipe), uint64_t(1) << 62);
+}
 
 std::unique_ptr<Dataset> open_dataset(const recipe::Recipe& recipe) {
   if (recipe.training.seq_len < 1)

@@ -106,12 +106,15 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       tb.dp_comm_s = per_mb * double(m);
       tb.dp_exposed_s = std::max(0.0, per_mb - compute_mb) * double(m);
     } else {
+      // Gradients are reduced in the buffers' dtype: fp32 unless parallel.grad_reduce_dtype is bf16.
+      const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
+      const double dense_grad_bytes = g * double(stage.params.dense), expert_grad_bytes = g * double(stage.params.expert);
       const CommKind kind = p.zero >= 1 ? CommKind::ReduceScatter : CommKind::AllReduce;
-      tb.dp_comm_s = collective_seconds(kind, dense_bytes, placement.dp_cp, gpu) +
-                     collective_seconds(kind, expert_bytes, placement.edp, gpu);
+      tb.dp_comm_s = collective_seconds(kind, dense_grad_bytes, placement.dp_cp, gpu) +
+                     collective_seconds(kind, expert_grad_bytes, placement.edp, gpu);
       // Buckets reduce during the last micro-batch's backward; the last bucket is always exposed.
       const double backward_s = st.backward.total();
-      const double grad_bytes = dense_bytes + expert_bytes;
+      const double grad_bytes = dense_grad_bytes + expert_grad_bytes;
       const double last_bucket =
           grad_bytes > 0 ? tb.dp_comm_s * std::min(1.0, p.grad_bucket_mb * 1024 * 1024 / grad_bytes) : 0;
       tb.dp_exposed_s = p.overlap_grad_reduce ? std::max(0.0, tb.dp_comm_s - backward_s) + std::min(tb.dp_comm_s, last_bucket)
@@ -175,6 +178,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.schedule = parse_schedule(recipe.parallel.pipeline_schedule);
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
+  memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : (recipe.training.dtype == "fp64" ? 8.0 : 4.0);
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;
   for (const auto& stage : job.stages) {

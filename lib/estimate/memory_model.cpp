@@ -84,7 +84,8 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     return (zero >= from_stage ? pd / dense_ranks : pd) + (zero >= from_stage ? pe / expert_ranks : pe);
   };
   sm.parameters = e * sharded(3);
-  sm.gradients = e * sharded(2);  // gradients in the parameter dtype (autograd's .grad)
+  // The gradient buffers (parallel/data/grad_buckets.h): fp32 unless grad_reduce_dtype is bf16.
+  sm.gradients = options.grad_bytes * sharded(2);
   // AdamW (optim/adamw.cpp): exp_avg and exp_avg_sq in fp32, plus fp32 master weights when
   // training in bf16. With ZeRO and data parallelism the distributed optimizer
   // (parallel/data/distributed_optimizer.cpp) keeps all three for its shard whatever the dtype.
@@ -92,16 +93,15 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   const double state_bytes = sharded_optimizer || e != 4 ? 12 : 8;
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
   {
-    // After backward. AdamW copies the weight-decay group's bf16 gradients to fp32 all at once.
-    // The distributed optimizer computes the gradient norm of its shard in fp64 (a converted
-    // copy and its square: 16 bytes per element) and clones the updated shard for the all-gather.
+    // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
+    // to fp32 all at once (fp32 buffers need no copy). The gradient norm reads the buffers in
+    // place. The distributed optimizer clones the updated shard for the all-gather.
     const double norm = double(stage.params.norm);
     const double shard = sharded(1);
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
-    const double copies = e != 4 ? 4.0 * decay_shard : 0.0;
+    const double copies = options.grad_bytes != 4 ? 4.0 * decay_shard : 0.0;
     const double gather = sharded_optimizer ? e * shard : 0.0;
-    const double grad_norm = sharded_optimizer ? 16.0 * shard : 0.0;
-    sm.optimizer_step_transient = std::max({copies, gather, grad_norm});
+    sm.optimizer_step_transient = std::max(copies, gather);
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
   if (zero >= 2 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
@@ -151,7 +151,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   if (after_backward > during_microbatch) {
     sm.peak_allocated = sm.static_bytes + after_backward;
     sm.peak_phase = sm.optimizer_step_transient == 0 ? "gradient reduction (Gloo reduce-scatter copies)"
-                    : sharded_optimizer            ? "gradient norm and optimizer step (ZeRO shard in fp64)"
+                    : sharded_optimizer            ? "optimizer step (ZeRO shard all-gather copy)"
                                                    : "optimizer step (fp32 gradient copies)";
   } else {
     sm.peak_allocated = sm.static_bytes + during_microbatch;

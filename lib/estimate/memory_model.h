@@ -51,6 +51,9 @@ struct MemoryOptions {
   Schedule schedule = Schedule::OneFOneB;
   int64_t zero = 0;
   double grad_bucket_bytes = 40.0 * 1024 * 1024;
+  // Bytes per gradient element in the gradient buffers: 4 (fp32, the default for every dtype) or
+  // the parameter dtype's (parallel.grad_reduce_dtype bf16).
+  double grad_bytes = 4;
   const HardwareProfile* gpu = nullptr;  // nullptr: CPU (no workspace, no overhead, no fragmentation)
   bool describe_peak = true;             // false: leave the peak_phase texts empty (faster)
 };

@@ -8,7 +8,7 @@ namespace trainer::mesh {
 
 const std::vector<GroupKind>& all_group_kinds() {
   static const std::vector<GroupKind> kinds = {GroupKind::Tp,   GroupKind::Cp,  GroupKind::Dp,  GroupKind::Pp,
-                                               GroupKind::DpCp, GroupKind::TpCp, GroupKind::Ep, GroupKind::Etp,
+                                               GroupKind::DpCp, GroupKind::TpCp, GroupKind::TpDpCp, GroupKind::Ep, GroupKind::Etp,
                                                GroupKind::Edp,  GroupKind::Embedding};
   return kinds;
 }
@@ -21,6 +21,7 @@ std::string group_kind_name(GroupKind kind) {
     case GroupKind::Pp: return "pp";
     case GroupKind::DpCp: return "dp_cp";
     case GroupKind::TpCp: return "tp_cp";
+    case GroupKind::TpDpCp: return "tp_dp_cp";
     case GroupKind::Ep: return "ep";
     case GroupKind::Etp: return "etp";
     case GroupKind::Edp: return "edp";
@@ -89,6 +90,11 @@ std::vector<int64_t> RankLayout::group(GroupKind kind, int64_t rank) const {
       for (int64_t i = 0; i < s.cp; ++i)
         for (int64_t t = 0; t < s.tp; ++t) members.push_back(dense_rank(t, i, c.dp, c.pp));
       break;
+    case GroupKind::TpDpCp:
+      for (int64_t d = 0; d < s.dp; ++d)
+        for (int64_t i = 0; i < s.cp; ++i)
+          for (int64_t t = 0; t < s.tp; ++t) members.push_back(dense_rank(t, i, d, c.pp));
+      break;
     case GroupKind::Ep:
       for (int64_t i = 0; i < s.ep; ++i) members.push_back(expert_rank(c.etp, i, c.edp, c.pp));
       break;
@@ -107,6 +113,11 @@ std::vector<int64_t> RankLayout::group(GroupKind kind, int64_t rank) const {
     }
   }
   return members;
+}
+
+int64_t RankLayout::index_in(GroupKind kind, int64_t rank) const {
+  const std::vector<int64_t> members = group(kind, rank);
+  return std::find(members.begin(), members.end(), rank) - members.begin();
 }
 
 std::vector<std::vector<int64_t>> RankLayout::all_groups(GroupKind kind) const {

@@ -18,9 +18,10 @@ struct Coordinates {
 };
 
 // The groups a rank belongs to. DpCp is the data x context group (ZeRO shards over it), TpCp the
-// tensor x context group; Embedding holds the first and last pipeline stage of a pipeline group
-// (tied embeddings), a single rank when pp = 1.
-enum class GroupKind { Tp, Cp, Dp, Pp, DpCp, TpCp, Ep, Etp, Edp, Embedding };
+// tensor x context group, TpDpCp the whole pipeline stage (sequence-parallel norm gradients);
+// Embedding holds the first and last pipeline stage of a pipeline group (tied embeddings), a
+// single rank when pp = 1.
+enum class GroupKind { Tp, Cp, Dp, Pp, DpCp, TpCp, TpDpCp, Ep, Etp, Edp, Embedding };
 
 const std::vector<GroupKind>& all_group_kinds();  // the creation order
 std::string group_kind_name(GroupKind kind);      // "tp", "dp_cp", ...
@@ -37,6 +38,8 @@ class RankLayout {
 
   // The global ranks of `rank`'s group of this kind, in group-rank order.
   std::vector<int64_t> group(GroupKind kind, int64_t rank) const;
+  // The position of `rank` in its group of this kind.
+  int64_t index_in(GroupKind kind, int64_t rank) const;
   // Every group of this kind, ordered by their first rank; each rank is in exactly one.
   std::vector<std::vector<int64_t>> all_groups(GroupKind kind) const;
 

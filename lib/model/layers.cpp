@@ -1,37 +1,66 @@
 #include "model/layers.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "model/linear_function.h"
 
 namespace trainer::model {
 
+namespace {
+
+std::vector<ShardSpec> tp_shards(int64_t dim, int64_t extent, TensorParallel tp) {
+  if (tp.size == 1) return {};
+  return {ShardSpec::even(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};
+}
+
+// The f/g operators of tensor parallelism are not written yet: refuse instead of a wrong result.
+void refuse_tensor_parallel(const TensorParallel& tp, const std::string& name) {
+  if (tp.size > 1)
+    throw std::logic_error(fmt::format("{}: tensor-parallel layers (tp size {}) cannot run yet: their communication "
+                                       "is not implemented, and without it the result would be wrong",
+                                       name, tp.size));
+}
+
+}  // namespace
+
 Linear::Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features,
                LinearKind kind, TensorParallel tp)
-    : kind_(kind), tp_(tp) {
-  ShardSpec shard;
-  if (kind == LinearKind::Column) shard = {0, tp.rank, tp.size};
-  if (kind == LinearKind::Row) shard = {1, tp.rank, tp.size};
-  weight_ = params.create(name, {out_features, in_features}, InitKind::Normal, shard);
+    : queue_(&params.weight_grads()), kind_(kind), tp_(tp) {
+  std::vector<ShardSpec> shards;
+  if (kind == LinearKind::Column) shards = tp_shards(0, out_features, tp);
+  if (kind == LinearKind::Row) shards = tp_shards(1, in_features, tp);
+  param_ = &params.create(name, {out_features, in_features}, InitKind::Normal, std::move(shards));
+}
+
+Linear::Linear(ParameterSet& params, Parameter& shared, TensorParallel tp)
+    : param_(&shared), queue_(&params.weight_grads()), kind_(LinearKind::Column), tp_(tp) {
+  shared.uses += 1;
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
   // Column: the input's gradient is summed over tp ranks in backward (f); row: the output is
   // summed over tp ranks in forward (g). Both are the identity for tp size 1.
-  return at::linear(x, weight_);
+  if (kind_ != LinearKind::Replicated) refuse_tensor_parallel(tp_, param_->name);
+  return linear(x, *param_, queue_);
 }
 
 Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp)
-    : tp_(tp) {
-  weight_ = params.create(name, {vocab, hidden}, InitKind::Normal, ShardSpec{0, tp.rank, tp.size});
+    : queue_(&params.weight_grads()), tp_(tp) {
+  param_ = &params.create(name, {vocab, hidden}, InitKind::Normal, tp_shards(0, vocab, tp));
 }
 
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   // Vocabulary-parallel lookup (mask tokens outside this rank's rows, then sum over tp) is the
   // plain lookup for tp size 1.
-  return at::embedding(weight_, tokens);
+  refuse_tensor_parallel(tp_, param_->name);
+  return embedding(tokens, *param_, queue_);
 }
 
 RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps) : eps_(eps) {
-  weight_ = params.create(name, {hidden}, InitKind::Ones, ShardSpec{}, /*weight_decay=*/false);
+  weight_ = params.create(name, {hidden}, InitKind::Ones, {}, /*weight_decay=*/false).tensor;
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {

@@ -1,14 +1,16 @@
 #pragma once
 // The building blocks of the decoder, each owning its parameters in a ParameterSet by global name.
-// They are written so the parallel dimensions can take them over: Linear knows whether it is
-// replicated, column- or row-parallel (its ShardSpec slices the global weight); the
-// communication of tensor parallelism (the f/g operators) plugs in at the marked points and is the
-// identity for a tensor-parallel group of one.
+// Linear and Embedding run on the custom autograd functions of model/linear_function.h (deferred
+// weight gradients, gathered weights, fp32 gradient accumulation). Linear knows whether it is
+// replicated, column- or row-parallel (its ShardSpec slices the global weight); the communication
+// of tensor parallelism (the f/g operators) is not written yet, so a layer with a tensor-parallel
+// size above one refuses to run rather than compute a wrong result.
 #include <ATen/core/Tensor.h>
 
 #include <string>
 
 #include "model/parameter.h"
+#include "model/weight_grad_queue.h"
 
 namespace trainer::model {
 
@@ -30,11 +32,14 @@ class Linear {
   Linear() = default;
   Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features, LinearKind kind,
          TensorParallel tp);
+  // A linear over an existing parameter (the LM head tied to the embedding); it counts one more use.
+  Linear(ParameterSet& params, Parameter& shared, TensorParallel tp);
   at::Tensor forward(const at::Tensor& x) const;
-  const at::Tensor& weight() const { return weight_; }
+  const at::Tensor& weight() const { return param_->tensor; }
 
  private:
-  at::Tensor weight_;
+  Parameter* param_ = nullptr;
+  WeightGradQueue* queue_ = nullptr;
   LinearKind kind_ = LinearKind::Replicated;
   TensorParallel tp_;
 };
@@ -45,10 +50,11 @@ class Embedding {
   Embedding() = default;
   Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp);
   at::Tensor forward(const at::Tensor& tokens) const;
-  const at::Tensor& weight() const { return weight_; }
+  Parameter& parameter() const { return *param_; }
 
  private:
-  at::Tensor weight_;
+  Parameter* param_ = nullptr;
+  WeightGradQueue* queue_ = nullptr;
   TensorParallel tp_;
 };
 

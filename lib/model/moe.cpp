@@ -13,9 +13,12 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
       capacity_factor_(config.moe->capacity_factor) {
   const auto& moe = *config.moe;
   router_ = Linear(params, prefix + "gate.weight", config.hidden_size, num_experts_, LinearKind::Replicated, tp);
+  const size_t before = params.all().size();
   for (int64_t e = 0; e < num_experts_; ++e)
     experts_.emplace_back(params, fmt::format("{}experts.{}.", prefix, e), config.hidden_size,
                           moe.moe_intermediate_size, tp, /*mixtral_names=*/true);
+  // Expert weights are reduced over the expert-data-parallel group (MoE folding).
+  for (size_t i = before; i < params.all().size(); ++i) params.all()[i].grad_group = mesh::GroupKind::Edp;
   if (moe.num_shared_experts > 0)
     shared_.emplace(params, prefix + "shared_experts.", config.hidden_size,
                     moe.moe_intermediate_size * moe.num_shared_experts, tp);

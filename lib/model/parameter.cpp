@@ -22,10 +22,29 @@ uint64_t parameter_seed(uint64_t seed, const std::string& name) {
 
 }  // namespace
 
+ShardSpec ShardSpec::even(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group) {
+  if (size < 1 || extent % size != 0)
+    throw std::logic_error(fmt::format("an extent of {} does not split into {} equal shards", extent, size));
+  return ShardSpec{dim, extent / size * rank, extent / size, group};
+}
+
 std::vector<int64_t> Parameter::offsets() const {
   std::vector<int64_t> result(global_shape.size(), 0);
-  if (shard.dim >= 0) result[shard.dim] = global_shape[shard.dim] / shard.size * shard.rank;
+  for (const auto& s : shards) result[size_t(s.dim)] = s.offset;
   return result;
+}
+
+void accumulate_gradient(Parameter& p, const at::Tensor& grad) {
+  if (p.main_grad.defined()) {
+    p.main_grad.add_(grad);
+    if (p.grad_ready) p.grad_ready();
+    return;
+  }
+  at::Tensor& current = p.tensor.mutable_grad();
+  if (current.defined())
+    current.add_(grad);
+  else
+    current = grad.detach();
 }
 
 at::Tensor global_initial_value(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
@@ -42,24 +61,36 @@ at::Tensor global_initial_value(uint64_t seed, const std::string& name, const st
   throw std::logic_error("unknown InitKind");
 }
 
-at::Tensor ParameterSet::create(const std::string& name, std::vector<int64_t> global_shape, InitKind init,
-                                ShardSpec shard, bool weight_decay) {
+Parameter& ParameterSet::create(const std::string& name, std::vector<int64_t> global_shape, InitKind init,
+                                std::vector<ShardSpec> shards, bool weight_decay) {
   if (find(name)) throw std::logic_error(fmt::format("parameter {} registered twice", name));
   at::Tensor value = global_initial_value(options_.seed, name, global_shape, init, options_.init_std);
-  if (shard.dim >= 0 && shard.size > 1) {
-    if (global_shape[shard.dim] % shard.size != 0)
-      throw std::logic_error(fmt::format("parameter {}: dimension {} of size {} does not split into {} shards", name,
-                                         shard.dim, global_shape[shard.dim], shard.size));
-    const int64_t part = global_shape[shard.dim] / shard.size;
-    value = value.narrow(shard.dim, part * shard.rank, part).contiguous();
+  for (const auto& s : shards) {
+    if (s.dim < 0 || s.dim >= int64_t(global_shape.size()) || s.offset < 0 || s.length < 1 ||
+        s.offset + s.length > global_shape[size_t(s.dim)])
+      throw std::logic_error(fmt::format("parameter {}: shard [{}, {}) along dimension {} is outside its shape", name,
+                                         s.offset, s.offset + s.length, s.dim));
+    value = value.narrow(s.dim, s.offset, s.length);
   }
-  value = value.to(options_.device, options_.dtype).detach().requires_grad_(true);
-  parameters_.push_back(Parameter{name, std::move(global_shape), shard, value, weight_decay});
-  return value;
+  value = value.contiguous().to(options_.device, options_.dtype).detach().requires_grad_(true);
+  Parameter p;
+  p.name = name;
+  p.global_shape = std::move(global_shape);
+  p.shards = std::move(shards);
+  p.tensor = value;
+  p.weight_decay = weight_decay;
+  parameters_.push_back(std::move(p));
+  return parameters_.back();
 }
 
 const Parameter* ParameterSet::find(const std::string& name) const {
   for (const auto& p : parameters_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Parameter* ParameterSet::find(const std::string& name) {
+  for (auto& p : parameters_)
     if (p.name == name) return &p;
   return nullptr;
 }

@@ -1,21 +1,33 @@
 #pragma once
 // Model parameters by global (Hugging Face) name. A rank holds a slice of each global tensor
-// (DESIGN.md invariants 1 and 4): the slice is described by ShardSpec, and its initial values are
-// the corresponding part of a global tensor that depends only on (seed, name, global shape).
+// (DESIGN.md invariants 1, 4 and 8): the slice is described by its ShardSpecs, its initial values
+// are the corresponding part of a global tensor that depends only on (seed, name, global shape),
+// and it records the group its gradient is summed over.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <deque>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mesh/rank_layout.h"
+#include "model/weight_grad_queue.h"
+
 namespace trainer::model {
 
-// Which part of the global tensor a rank holds: equal slices along `dim` (-1: the whole tensor).
+// One split of a parameter: along `dim` this rank holds [offset, offset + length) of the global
+// extent; the other pieces are on the other ranks of `group` (tp, etp or ep). Pieces may be
+// uneven (the last shard of a padded vocabulary).
 struct ShardSpec {
-  int64_t dim = -1;
-  int64_t rank = 0;
-  int64_t size = 1;
+  int64_t dim = 0;
+  int64_t offset = 0;
+  int64_t length = 0;
+  mesh::GroupKind group = mesh::GroupKind::Tp;
+
+  // Piece `rank` of `size` equal pieces of a global extent that `size` must divide.
+  static ShardSpec even(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group);
 };
 
 enum class InitKind { Normal, Ones, Zeros };
@@ -23,13 +35,35 @@ enum class InitKind { Normal, Ones, Zeros };
 struct Parameter {
   std::string name;                   // global name, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> global_shape;
-  ShardSpec shard;
+  std::vector<ShardSpec> shards;      // empty: this rank holds the whole tensor
   at::Tensor tensor;                  // the local slice: a leaf that requires grad, in the model dtype
   bool weight_decay = true;           // false for norms (and biases)
+  // The ranks its gradient is summed over: dp x cp for dense weights, edp for experts (tp x dp x
+  // cp for sequence-parallel norm weights).
+  mesh::GroupKind grad_group = mesh::GroupKind::DpCp;
+  int64_t chunk = 0;                  // the model chunk that uses it (pipeline stages hold chunks)
+  int64_t uses = 1;                   // gradient contributions per micro-batch (2: a tied embedding)
+
+  // Where the gradient goes. Without gradient buffers: tensor.grad(), as autograd would. With
+  // them (parallel::GradBuckets installs both): main_grad is this parameter's view of its bucket
+  // (fp32 for bf16 parameters by default); every contribution is added into it and then
+  // grad_ready() is called, so the bucket knows when its last gradient of the step has arrived.
+  at::Tensor main_grad;
+  std::function<void()> grad_ready;
+  // ZeRO-3: when set, layers take the full weight from gather() just before each use (forward, and
+  // again in backward) and call release() after it, instead of holding `tensor`.
+  std::function<at::Tensor()> gather;
+  std::function<void()> release;
 
   // Offsets of the local slice in the global tensor, one per dimension.
   std::vector<int64_t> offsets() const;
+  // The gradient as the optimizer reads it: main_grad when installed, else tensor.grad().
+  at::Tensor grad() const { return main_grad.defined() ? main_grad : tensor.grad(); }
 };
+
+// Adds one gradient contribution of `p` (the shape of its local slice): into main_grad and
+// grad_ready() when buffers are installed, otherwise into tensor.grad() (set on the first one).
+void accumulate_gradient(Parameter& p, const at::Tensor& grad);
 
 struct ParameterOptions {
   uint64_t seed = 0;
@@ -40,20 +74,27 @@ struct ParameterOptions {
 
 class ParameterSet {
  public:
-  explicit ParameterSet(ParameterOptions options) : options_(options) {}
+  explicit ParameterSet(ParameterOptions options)
+      : options_(options), weight_grads_(std::make_shared<WeightGradQueue>()) {}
 
-  // Creates, initialises and registers a parameter; returns its local tensor. Names are unique.
-  at::Tensor create(const std::string& name, std::vector<int64_t> global_shape, InitKind init, ShardSpec shard = {},
-                    bool weight_decay = true);
+  // Creates, initialises and registers a parameter; returns it. Names are unique; shards must lie
+  // inside the global shape.
+  Parameter& create(const std::string& name, std::vector<int64_t> global_shape, InitKind init,
+                    std::vector<ShardSpec> shards = {}, bool weight_decay = true);
 
   std::deque<Parameter>& all() { return parameters_; }
+  Parameter* find(const std::string& name);
   const std::deque<Parameter>& all() const { return parameters_; }
   const Parameter* find(const std::string& name) const;
   const ParameterOptions& options() const { return options_; }
   int64_t local_numel() const;
+  // Where the linears of this model queue deferred weight gradients (zero-bubble's W).
+  // Layers keep pointers to it and to the parameters (a deque): both stay put when the set moves.
+  WeightGradQueue& weight_grads() { return *weight_grads_; }
 
  private:
   ParameterOptions options_;
+  std::shared_ptr<WeightGradQueue> weight_grads_;
   std::deque<Parameter> parameters_;  // deque: references stay valid as parameters are added
 };
 

@@ -46,7 +46,9 @@ Transformer::Transformer(const ModelOptions& options)
   embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, c.hidden_size, options.tp);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers_.emplace_back(params_, i, c, options.tp);
   final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps);
-  if (!c.tie_word_embeddings)
+  if (c.tie_word_embeddings)
+    lm_head_ = Linear(params_, embed_.parameter(), options.tp);
+  else
     lm_head_ = Linear(params_, "lm_head.weight", c.hidden_size, c.vocab_size, LinearKind::Column, options.tp);
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
 }
@@ -82,17 +84,17 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   const at::Tensor h = hidden_states(inputs, nullptr);
-  return options_.config.tie_word_embeddings ? at::linear(h, embed_.weight()) : lm_head_.forward(h);
+  return lm_head_.forward(h);
 }
 
 ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& targets) const {
   ForwardOutput out;
   const at::Tensor h = hidden_states(inputs, &out.aux_loss);
-  const at::Tensor logits = options_.config.tie_word_embeddings ? at::linear(h, embed_.weight()) : lm_head_.forward(h);
+  const at::Tensor logits = lm_head_.forward(h);
   // Vocabulary-parallel cross-entropy (max, sum-exp and target logit reduced over tp) replaces
   // this for tp > 1; here the full vocabulary is local.
   out.loss_sum = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}),
-                                        /*weight=*/{}, at::Reduction::Sum);
+                                        /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
   out.tokens = targets.numel();
   return out;
 }

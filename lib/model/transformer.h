@@ -18,6 +18,9 @@
 
 namespace trainer::model {
 
+// A target with this id is left out of the loss (padding, masked prompts; torch's default).
+constexpr int64_t kIgnoreIndex = -100;
+
 enum class Recompute { None, Selective, Full };
 Recompute parse_recompute(const std::string& name);
 
@@ -31,9 +34,9 @@ struct ModelOptions {
 };
 
 struct ForwardOutput {
-  at::Tensor loss_sum;        // sum over tokens of the cross-entropy (fp32 scalar)
+  at::Tensor loss_sum;        // sum over targets not ignored of the cross-entropy (fp32 scalar)
   at::Tensor aux_loss;        // sum over MoE layers of their load-balancing losses (fp32 scalar; 0 for dense)
-  int64_t tokens = 0;         // tokens whose loss is in loss_sum
+  int64_t tokens = 0;         // targets in the batch (ignored ones included)
 };
 
 class DecoderLayer {
@@ -54,8 +57,12 @@ class DecoderLayer {
 class Transformer {
  public:
   explicit Transformer(const ModelOptions& options);
+  // Layers point into the parameter set: a copy would share them, a move keeps them valid.
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+  Transformer(Transformer&&) = default;
 
-  // inputs, targets: int64 [B, T] token ids on the model's device.
+  // inputs, targets: int64 [B, T] token ids on the model's device; targets may be kIgnoreIndex.
   ForwardOutput forward(const at::Tensor& inputs, const at::Tensor& targets) const;
   // Logits [B, T, vocab] in the model dtype (for evaluation and interchange tests).
   at::Tensor logits(const at::Tensor& inputs) const;
@@ -72,7 +79,7 @@ class Transformer {
   Embedding embed_;
   std::vector<DecoderLayer> layers_;
   RmsNorm final_norm_;
-  Linear lm_head_;  // unused when tied: the embedding weight is the head
+  Linear lm_head_;  // over the embedding's parameter when tied
   Rotary rotary_;
 };
 

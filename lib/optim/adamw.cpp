@@ -28,7 +28,8 @@ void AdamW::step(double lr) {
     std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
     for (size_t i : group.members) {
       const at::Tensor& p = params_[i].tensor;
-      at::Tensor grad = p.grad().defined() ? p.grad() : at::zeros_like(p);
+      const at::Tensor stored = params_[i].grad();
+      at::Tensor grad = stored.defined() ? stored : at::zeros_like(p);
       if (!masters_.empty()) {
         weights.push_back(masters_[i]);
         grads.push_back(grad.to(at::kFloat));
@@ -53,9 +54,14 @@ void AdamW::step(double lr) {
 
 void AdamW::zero_grad() {
   for (auto& p : params_) {
-    at::Tensor grad = p.tensor.mutable_grad();
+    at::Tensor grad = p.grad();
     if (grad.defined()) grad.zero_();
   }
+}
+
+void AdamW::refresh_master_weights() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < masters_.size(); ++i) masters_[i].copy_(params_[i].tensor.detach());
 }
 
 std::vector<NamedTensor> AdamW::state() {
@@ -74,7 +80,7 @@ at::Tensor global_grad_norm(const std::deque<model::Parameter>& params) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   for (const auto& p : params)
-    if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+    if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return at::zeros({}, at::kFloat);
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2, at::kFloat);
   return at::stack(norms).norm();
@@ -89,7 +95,7 @@ double clip_gradients(std::deque<model::Parameter>& params, double max_norm, dou
   if (coefficient == 1.0) return 1.0;
   at::NoGradGuard no_grad;
   for (auto& p : params)
-    if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(coefficient);
+    if (p.grad().defined()) p.grad().mul_(coefficient);
   return coefficient;
 }
 

@@ -34,6 +34,8 @@ class AdamW {
   // "optimizer.master.<param>", and "optimizer.step.<param>"); the tensors are the live state.
   std::vector<NamedTensor> state();
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+  // Copies the parameters into the fp32 master weights (after the parameters were loaded).
+  void refresh_master_weights();
 
  private:
   struct Group {

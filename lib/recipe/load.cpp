@@ -82,8 +82,9 @@ void resolve_recipe_paths(json& user, const std::string& base_dir) {
     if (std::string(key) == "checkpoint.resume" && (*value == "auto" || *value == "none")) continue;
     resolve(*value);
   }
-  if (json* paths = const_cast<json*>(get_path(user, "data.paths")); paths && paths->is_array())
-    for (auto& p : *paths) resolve(p);
+  for (const char* list : {"data.paths", "evaluation.paths"})
+    if (json* paths = const_cast<json*>(get_path(user, list)); paths && paths->is_array())
+      for (auto& p : *paths) resolve(p);
 }
 
 // An empty string is never a path: refuse it instead of writing into the working directory.
@@ -93,10 +94,11 @@ void check_no_empty_paths(const json& resolved, std::vector<std::string>& proble
     if (const json* value = get_path(resolved, key); value && value->is_string() && value->get<std::string>().empty())
       problems.push_back(fmt::format("{} is an empty string; give a path, or null for none", key));
   }
-  if (const json* paths = get_path(resolved, "data.paths"); paths && paths->is_array())
-    for (size_t i = 0; i < paths->size(); ++i)
-      if ((*paths)[i].is_string() && (*paths)[i].get<std::string>().empty())
-        problems.push_back(fmt::format("data.paths[{}] is an empty string; give a path", i));
+  for (const char* list : {"data.paths", "evaluation.paths"})
+    if (const json* paths = get_path(resolved, list); paths && paths->is_array())
+      for (size_t i = 0; i < paths->size(); ++i)
+        if ((*paths)[i].is_string() && (*paths)[i].get<std::string>().empty())
+          problems.push_back(fmt::format("{}[{}] is an empty string; give a path", list, i));
 }
 
 std::string read_text(const std::string& path) {

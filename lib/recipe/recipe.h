@@ -58,6 +58,7 @@ struct ParallelConfig {
   std::string cp_method = "ring";
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;
+  std::string grad_reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 or bf16
   double collective_timeout_s = 600.0;
 };
 
@@ -88,6 +89,13 @@ struct DataConfig {
   std::vector<std::string> paths;
   std::string format = "auto";  // auto, trainer, megatron, llmc
   std::vector<double> weights;  // empty: proportional to dataset sizes
+  std::optional<int64_t> loss_mask_token;  // targets equal to this token id are left out of the loss
+};
+
+struct EvaluationConfig {
+  int64_t interval = 0;              // evaluate every this many steps (and after the last); 0: never
+  int64_t steps = 10;                // global batches per evaluation
+  std::vector<std::string> paths;    // held-out token datasets; empty: held-out synthetic samples
 };
 
 struct CheckpointConfig {
@@ -114,6 +122,7 @@ struct Recipe {
   TrainingConfig training;
   OptimizerConfig optimizer;
   DataConfig data;
+  EvaluationConfig evaluation;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   HardwareConfig hardware;

@@ -120,6 +120,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.cp_method = get<std::string>(d, "parallel.cp_method");
   p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
   p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
+  p.grad_reduce_dtype = get<std::string>(d, "parallel.grad_reduce_dtype");
   p.collective_timeout_s = get<double>(d, "parallel.collective_timeout_s");
 
   auto& t = r.training;
@@ -148,6 +149,12 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   data.paths = get<std::vector<std::string>>(d, "data.paths");
   data.format = get<std::string>(d, "data.format");
   if (!at(d, "data.weights").is_null()) data.weights = get<std::vector<double>>(d, "data.weights");
+  data.loss_mask_token = get_optional_int(d, "data.loss_mask_token");
+
+  auto& eval = r.evaluation;
+  eval.interval = get_int(d, "evaluation.interval");
+  eval.steps = get_int(d, "evaluation.steps");
+  eval.paths = get<std::vector<std::string>>(d, "evaluation.paths");
 
   auto& c = r.checkpoint;
   c.dir = get_optional<std::string>(d, "checkpoint.dir");
@@ -213,7 +220,8 @@ json recipe_to_json(const Recipe& r) {
        {{"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
-        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"collective_timeout_s", p.collective_timeout_s}}},
+        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"grad_reduce_dtype", p.grad_reduce_dtype},
+        {"collective_timeout_s", p.collective_timeout_s}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},
         {"global_batch_size", optional_json(t.global_batch_size)}, {"steps", t.steps}, {"seed", t.seed},
@@ -223,7 +231,10 @@ json recipe_to_json(const Recipe& r) {
         {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}},
       {"data",
        {{"source", r.data.source}, {"paths", r.data.paths}, {"format", r.data.format},
-        {"weights", r.data.weights.empty() ? json(nullptr) : json(r.data.weights)}}},
+        {"weights", r.data.weights.empty() ? json(nullptr) : json(r.data.weights)},
+        {"loss_mask_token", optional_json(r.data.loss_mask_token)}}},
+      {"evaluation",
+       {{"interval", r.evaluation.interval}, {"steps", r.evaluation.steps}, {"paths", r.evaluation.paths}}},
       {"checkpoint",
        {{"dir", optional_json(c.dir)}, {"interval", c.interval}, {"async", c.async}, {"keep", c.keep},
         {"resume", c.resume}}},

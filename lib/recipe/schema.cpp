@@ -139,6 +139,10 @@ std::vector<KeySpec> build_schema() {
                            "soon as its last gradient is ready.")));
   s.push_back(key("parallel.overlap_grad_reduce", K::Boolean, true,
                   "Start bucket reductions during backward (false: all after backward, for comparison)."));
+  s.push_back(one_of(key("parallel.grad_reduce_dtype", K::String, "fp32",
+                         "Gradients are accumulated over micro-batches and reduced across ranks in this dtype; bf16 "
+                         "(only with training.dtype bf16) halves their memory and traffic at some precision."),
+                     {"fp32", "bf16"}));
   s.push_back(positive(key("parallel.collective_timeout_s", K::Number, 600.0,
                            "A collective (or the rendezvous) that takes longer fails the job, naming the operation, "
                            "the group and the step.")));
@@ -199,6 +203,23 @@ std::vector<KeySpec> build_schema() {
                      {"auto", "trainer", "megatron", "llmc"}));
   s.push_back(positive(key("data.weights", K::NumberList, nullptr,
                            "Mixing weights, one per path; null: in proportion to each dataset's size.")));
+  s.push_back(at_least(key("data.loss_mask_token", K::Integer, nullptr,
+                           "Targets equal to this token id (padding, an end-of-document token) are left out of the "
+                           "loss and of the token count it is averaged over; null: every target counts."), 0));
+
+  // --- evaluation --------------------------------------------------------------------------
+  s.push_back(section("evaluation", "Validation loss on held-out data, forward only."));
+  s.push_back(at_least(key("evaluation.interval", K::Integer, 0,
+                           "Evaluate every this many steps and after the last step; 0: never."), 0));
+  s.push_back(at_least(key("evaluation.steps", K::Integer, 10,
+                           "Global batches (training.global_batch_size sequences each) per evaluation."), 1));
+  {
+    KeySpec paths = key("evaluation.paths", K::StringList, json::array(),
+                        "Held-out token datasets, in data.format; empty: with synthetic data, held-out samples of the "
+                        "same generator (never used for training).");
+    paths.nullable = false;
+    s.push_back(paths);
+  }
 
   // --- checkpoint --------------------------------------------------------------------------
   s.push_back(section("checkpoint", "Saving and resuming."));

@@ -108,6 +108,10 @@ class Checker {
     const auto& t = r_.training;
     if (p.dp == 0)
       add("parallel.dp=0 is not a data-parallel size; use -1 to derive it from the world size, or a size >= 1");
+    if (p.grad_reduce_dtype == "bf16" && t.dtype != "bf16")
+      add("parallel.grad_reduce_dtype=\"bf16\" needs training.dtype=\"bf16\" (found \"{}\"); an {} run accumulates "
+          "and reduces its gradients in fp32: remove the setting",
+          t.dtype, t.dtype);
     if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b")
       add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"{}\"; set vpp=1 or use "
           "the interleaved schedule",
@@ -205,6 +209,15 @@ class Checker {
     if (!d.weights.empty() && d.weights.size() != d.paths.size())
       add("data.weights has {} entries but data.paths has {}; give one weight per path", d.weights.size(),
           d.paths.size());
+    if (d.loss_mask_token && *d.loss_mask_token >= r_.model.vocab_size)
+      add("data.loss_mask_token={} is not a token id of this model (model.vocab_size={}); give an id below it, or "
+          "null",
+          *d.loss_mask_token, r_.model.vocab_size);
+    const auto& e = r_.evaluation;
+    if (e.interval > 0 && e.paths.empty() && d.source == "tokens")
+      add("evaluation.interval={} with data.source=\"tokens\" needs evaluation.paths (held-out token datasets); "
+          "held-out samples without files exist only for synthetic data",
+          e.interval);
   }
 
   void checkpoint_rules() {

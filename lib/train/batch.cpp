@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "model/transformer.h"
+
 namespace trainer::train {
 
 uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
@@ -12,7 +14,7 @@ uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t acc
 }
 
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
-                            int64_t seq_len, c10::Device device) {
+                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token) {
   std::vector<int32_t> tokens(size_t(micro_batch_size * (seq_len + 1)));
   for (int64_t b = 0; b < micro_batch_size; ++b)
     dataset.sample(first_sample + uint64_t(b), seq_len, tokens.data() + b * (seq_len + 1));
@@ -21,7 +23,9 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
           .to(at::kLong);
   MicroBatch batch;
   batch.inputs = all.narrow(1, 0, seq_len).contiguous().to(device);
-  batch.targets = all.narrow(1, 1, seq_len).contiguous().to(device);
+  at::Tensor targets = all.narrow(1, 1, seq_len).contiguous();
+  if (loss_mask_token) targets.masked_fill_(targets == *loss_mask_token, model::kIgnoreIndex);
+  batch.targets = targets.to(device);
   return batch;
 }
 

@@ -6,20 +6,23 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <optional>
+
 #include "data/dataset.h"
 
 namespace trainer::train {
 
 struct MicroBatch {
   at::Tensor inputs;   // int64 [B, T]
-  at::Tensor targets;  // int64 [B, T]
+  at::Tensor targets;  // int64 [B, T]; model::kIgnoreIndex where a target is left out of the loss
 };
 
 // The first global sample index of micro-batch `micro` on data-parallel rank `dp_rank`.
 uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
                          int64_t micro_batch_size);
 
+// Targets equal to `loss_mask_token` (data.loss_mask_token) become model::kIgnoreIndex.
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
-                            int64_t seq_len, c10::Device device);
+                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token = std::nullopt);
 
 }  // namespace trainer::train

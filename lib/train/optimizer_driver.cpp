@@ -1,5 +1,6 @@
 #include "train/optimizer_driver.h"
 #include "core/plural.h"
+#include "parallel/data/replicas.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -7,52 +8,56 @@
 
 namespace trainer::train {
 
-OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe, comm::Communicator& dp)
-    : model_(model) {
+OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe,
+                                 const mesh::ProcessGroups& groups)
+    : model_(model), groups_(groups) {
   auto& params = model.parameters().all();
-  const bool sharded = recipe.parallel.zero >= 1 && dp.size() > 1;
-  if (dp.size() > 1)
-    buckets_ = std::make_unique<parallel::GradBuckets>(
-        params, dp, sharded ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce,
-        int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024), recipe.parallel.overlap_grad_reduce);
-  if (sharded)
+  parallel::BucketOptions options;
+  options.bucket_bytes = int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024);
+  options.overlap = recipe.parallel.overlap_grad_reduce;
+  options.sharded = recipe.parallel.zero >= 1 && groups.get(mesh::GroupKind::DpCp).size() > 1;
+  options.grad_dtype = recipe.parallel.grad_reduce_dtype == "bf16" && !params.empty()
+                           ? params.front().tensor.scalar_type()
+                           : at::kFloat;
+  if (!params.empty() && params.front().tensor.scalar_type() == at::kDouble) options.grad_dtype = at::kDouble;
+  buckets_ = std::make_unique<parallel::GradBuckets>(params, groups, options);
+  if (options.sharded)
     zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, params, recipe.optimizer);
   else
     adamw_ = std::make_unique<optim::AdamW>(params, recipe.optimizer);
 }
 
+const parallel::OverlapStats* OptimizerDriver::overlap() const {
+  for (const auto& b : buckets_->buckets())
+    if (b.comm->size() > 1) return &buckets_->stats();
+  return nullptr;
+}
+
 std::string OptimizerDriver::describe() const {
-  const std::string buckets = buckets_ ? count_of(int64_t(buckets_->buckets().size()), "gradient bucket", "gradient buckets") : "";
-  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {}", buckets_->group().size(), buckets);
-  if (buckets_) return fmt::format("replicated AdamW, {} all-reduced over {} ranks", buckets, buckets_->group().size());
-  return "AdamW";
+  const auto& all = buckets_->buckets();
+  const int64_t ranks = groups_.get(mesh::GroupKind::DpCp).size();
+  const std::string buckets = count_of(int64_t(all.size()), "gradient bucket", "gradient buckets");
+  const std::string dtype =
+      all.empty() ? "" : fmt::format(", {} gradients", all.front().grads.scalar_type() == at::kBFloat16 ? "bf16" : "fp32");
+  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {}{}", ranks, buckets, dtype);
+  if (ranks > 1) return fmt::format("replicated AdamW, {} all-reduced over {} ranks{}", buckets, ranks, dtype);
+  return "AdamW" + dtype;
 }
 
-void OptimizerDriver::begin_step() {
-  if (buckets_) buckets_->begin_step();
-}
-void OptimizerDriver::begin_micro_batch(bool last) {
-  if (buckets_) buckets_->begin_micro_batch(last);
-}
-void OptimizerDriver::end_micro_batch() {
-  if (buckets_) buckets_->mark_backward_end();
-}
-void OptimizerDriver::finish_gradients() {
-  if (buckets_) buckets_->finish();
-}
+void OptimizerDriver::begin_step() { buckets_->begin_step(); }
+void OptimizerDriver::begin_backward(int64_t chunk, bool last) { buckets_->begin_backward(chunk, last); }
+void OptimizerDriver::end_backward(int64_t chunk) { buckets_->end_backward(chunk); }
+void OptimizerDriver::finish_gradients() { buckets_->finish(); }
 
-double OptimizerDriver::grad_norm() {
-  if (zero1_) return zero1_->grad_norm();
-  return optim::global_grad_norm(model_.parameters().all()).item<double>();
-}
+at::Tensor OptimizerDriver::grad_norm() { return buckets_->grad_norm(); }
 
-void OptimizerDriver::clip(double max_norm, double norm) {
-  if (!zero1_) {
-    optim::clip_gradients(model_.parameters().all(), max_norm, norm);
-    return;
-  }
-  const double coefficient = optim::clip_coefficient(max_norm, norm);
-  if (coefficient != 1.0) zero1_->scale_gradients(coefficient);
+void OptimizerDriver::clip(double max_norm, const at::Tensor& norm) {
+  if (max_norm <= 0) return;
+  // optim::clip_coefficient on the device: max_norm / (norm + 1e-6) when the norm exceeds max_norm.
+  at::NoGradGuard no_grad;
+  const at::Tensor coefficient =
+      at::where(norm > max_norm, at::full({}, max_norm, norm.options()) / (norm + 1e-6), at::ones({}, norm.options()));
+  buckets_->scale(coefficient);
 }
 
 void OptimizerDriver::step(double lr) {
@@ -62,11 +67,13 @@ void OptimizerDriver::step(double lr) {
     adamw_->step(lr);
 }
 
-void OptimizerDriver::zero_grad() {
-  if (buckets_)
-    buckets_->zero_grad();
+void OptimizerDriver::zero_grad() { buckets_->zero_grad(); }
+
+void OptimizerDriver::refresh_master_weights() {
+  if (zero1_)
+    zero1_->refresh_master_weights();
   else
-    adamw_->zero_grad();
+    adamw_->refresh_master_weights();
 }
 
 int64_t OptimizerDriver::steps_taken() const { return zero1_ ? zero1_->steps_taken() : adamw_->steps_taken(); }
@@ -88,7 +95,10 @@ std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() cons
     const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
     auto record = s.tensor.dim() == 0 || !p ? checkpoint::TensorRecord::whole(s.name, s.tensor)
                                             : checkpoint::TensorRecord::slice(s.name, s.tensor, p->global_shape, p->offsets());
-    record.replicated = true;
+    // Held by every rank with the same slice of the parameter (its step count: the whole stage).
+    const auto holders = p && s.tensor.dim() > 0 ? parallel::parameter_replicas(groups_.layout(), groups_.global_rank(), *p)
+                                                 : parallel::stage_replicas(groups_.layout(), groups_.global_rank());
+    if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
     out.push_back(std::move(record));
   }
   return out;

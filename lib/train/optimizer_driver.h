@@ -1,7 +1,7 @@
 #pragma once
-// The optimizer as the training loop sees it: replicated AdamW (ZeRO 0, or one data-parallel
-// rank) or the ZeRO-1 distributed optimizer; with several data-parallel ranks, gradients are
-// reduced by the buckets before any of this runs.
+// The optimizer as the training loop sees it: the gradient buffers (parallel::GradBuckets, fp32
+// unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), then
+// replicated AdamW (ZeRO 0, or one data-parallel rank) or the ZeRO-1 distributed optimizer.
 #include <map>
 #include <memory>
 #include <string>
@@ -17,16 +17,19 @@ namespace trainer::train {
 
 class OptimizerDriver {
  public:
-  OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe, comm::Communicator& dp);
+  OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe, const mesh::ProcessGroups& groups);
 
-  // Called around each micro-batch's backward and after the last one.
+  // Called around each micro-batch's backward of a model chunk and after the last one.
   void begin_step();
-  void begin_micro_batch(bool last);
-  void end_micro_batch();
-  void finish_gradients();  // waits for the data-parallel reductions
+  void begin_backward(int64_t chunk, bool last);
+  void end_backward(int64_t chunk);
+  void finish_gradients();  // waits for the reductions
 
-  double grad_norm();
-  void clip(double max_norm, double norm);
+  // The global gradient norm, every unique element counted once: a 0-dim double tensor on the
+  // device (no host synchronisation).
+  at::Tensor grad_norm();
+  // Scales the gradients so that their norm is at most max_norm (<= 0: no clipping), on the device.
+  void clip(double max_norm, const at::Tensor& norm);
   void step(double lr);
   void zero_grad();
   int64_t steps_taken() const;
@@ -34,14 +37,18 @@ class OptimizerDriver {
   // This rank's optimizer state for a checkpoint (no communication): ZeRO-1 fragments as flat
   // ranges, replicated state marked so that one data-parallel rank writes it. Live tensors.
   std::vector<checkpoint::TensorRecord> checkpoint_records() const;
+  // After the parameters were set from outside (model.init_from): the fp32 master weights follow.
+  void refresh_master_weights();
   // Loads this rank's state (its ZeRO-1 fragments, or all of it) tensor by tensor.
   void load_state(const parallel::StateReader& read, int64_t steps_taken);
 
-  const parallel::OverlapStats* overlap() const { return buckets_ ? &buckets_->stats() : nullptr; }
+  // Overlap figures of the gradient reductions, when there are any across ranks.
+  const parallel::OverlapStats* overlap() const;
   std::string describe() const;
 
  private:
   model::Transformer& model_;
+  const mesh::ProcessGroups& groups_;
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<parallel::DistributedOptimizer> zero1_;

@@ -1,9 +1,11 @@
 #pragma once
-// The training loop of one rank: gradient accumulation up to the global batch, loss normalised by
-// the global token count, data-parallel gradient reduction (buckets overlapped with backward,
-// optionally ZeRO-1), AdamW with warm-up and decay, global grad-norm clipping, metrics from rank 0,
-// checkpoints, resume, and a clean stop on SIGINT/SIGTERM agreed by all ranks. Non-finite loss or
-// gradients stop the run with an error naming the step and the quantity.
+// The training loop of one rank: builds the model, the gradient buffers and optimizer, the start
+// (resume or initial weights), then runs steps: the step executor's forward and backward over the
+// global batch (train_step.h: loss normalised by its real-token count, gradients reduced in fp32
+// buckets overlapped with backward, optionally ZeRO-1), clipping, AdamW with warm-up and decay;
+// metrics from rank 0 with one host read per logged step (step_log.h), evaluation, checkpoints
+// (checkpoint_saver.h) and a clean stop on SIGINT/SIGTERM agreed by all ranks (stop_vote.h).
+// Non-finite loss or gradients stop the run with an error naming the step and the quantity.
 #include <cstdio>
 #include <string>
 

@@ -12,6 +12,7 @@
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
 #include "core/plural.h"
+#include "parallel/data/replicas.h"
 
 namespace trainer::train {
 
@@ -26,7 +27,7 @@ const char* have(const std::vector<std::string>& names) { return names.size() ==
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress, int64_t dp_rank, int64_t dp_size) {
+                                                     const Progress& progress, const mesh::ProcessGroups& groups) {
   checkpoint::CheckpointContent content;
   content.step = progress.step;
   content.consumed_samples = progress.consumed_samples;
@@ -36,18 +37,20 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
                     {"dp", recipe.mesh->dp}, {"pp", recipe.mesh->pp}, {"ep", recipe.mesh->ep},
                     {"zero", recipe.recipe.parallel.zero}};
   std::vector<checkpoint::TensorRecord> records;
+  const mesh::RankLayout& layout = groups.layout();
   for (const auto& p : model.parameters().all()) {
     auto record = checkpoint::TensorRecord::slice(p.name, p.tensor.detach(), p.global_shape, p.offsets());
-    record.replicated = true;
+    const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);
+    if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
     records.push_back(std::move(record));
   }
   for (auto& r : optimizer_records) records.push_back(std::move(r));
   // The default CPU generator's state (nothing in training draws from it today; kept so that
   // anything that does later resumes exactly).
   auto rng = checkpoint::TensorRecord::whole("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-  rng.replicated = true;
+  if (layout.world_size() > 1) rng.replicated = parallel::as_replication(parallel::world_replicas(layout, groups.global_rank()));
   records.push_back(std::move(rng));
-  content.tensors = checkpoint::records_to_write(std::move(records), dp_rank, dp_size);
+  content.tensors = checkpoint::records_to_write(std::move(records));
   content.extra = {{"optimizer_steps", optimizer_steps}};
   return content;
 }

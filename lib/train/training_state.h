@@ -5,6 +5,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "mesh/process_groups.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data/distributed_optimizer.h"
@@ -17,13 +18,14 @@ struct Progress {
   int64_t consumed_samples = 0;  // global samples consumed
 };
 
-// What this rank writes of a checkpoint: the parameters and the replicated optimizer state are
-// the same on every data-parallel rank and are spread over them (shard_assignment.h); ZeRO-1
-// fragments are written by their owner. The records point at the live tensors.
+// What this rank writes of a checkpoint: each parameter slice and the optimizer state are held by
+// the ranks with the same slice (parallel/data/replicas.h) and spread over them
+// (shard_assignment.h), so each unique slice is written once; ZeRO-1 fragments are written by
+// their owner. The records point at the live tensors.
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress, int64_t dp_rank, int64_t dp_size);
+                                                     const Progress& progress, const mesh::ProcessGroups& groups);
 
 // Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
 // A tensor missing from the checkpoint or of another global shape is a UserError naming both.

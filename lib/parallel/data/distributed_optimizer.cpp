@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 
+#include "parallel/data/replicas.h"
+
 namespace trainer::parallel {
 
 namespace {
@@ -20,7 +22,7 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<mode
   auto& all = buckets.buckets();
   for (size_t b = 0; b < all.size(); ++b) {
     auto& bucket = all[b];
-    const int64_t lo = buckets.shard_begin(bucket), n = buckets.shard_numel(bucket), hi = lo + n;
+    const int64_t lo = GradBuckets::shard_begin(bucket), n = GradBuckets::shard_numel(bucket), hi = lo + n;
     const at::Tensor master = bucket.values.narrow(0, lo, n).to(at::kFloat).clone();
     shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
     for (size_t i = 0; i < bucket.params.size(); ++i) {
@@ -31,24 +33,6 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<mode
       steps_.push_back(at::zeros({}, at::kFloat));
     }
   }
-}
-
-double DistributedOptimizer::grad_norm() {
-  at::NoGradGuard no_grad;
-  // Sum of squares of this rank's shard (padding is zero), in double on the gradients' device.
-  at::Tensor total = at::zeros({}, buckets_.buckets().front().grads.options().dtype(at::kDouble));
-  for (auto& bucket : buckets_.buckets()) {
-    const at::Tensor shard = bucket.grads.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
-    total += shard.to(at::kDouble).pow(2).sum();
-  }
-  buckets_.group().all_reduce(total, comm::ReduceOp::Sum)->wait();
-  return std::sqrt(total.item<double>());
-}
-
-void DistributedOptimizer::scale_gradients(double coefficient) {
-  at::NoGradGuard no_grad;
-  for (auto& bucket : buckets_.buckets())
-    bucket.grads.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket)).mul_(coefficient);
 }
 
 void DistributedOptimizer::step(double lr) {
@@ -78,26 +62,39 @@ void DistributedOptimizer::step(double lr) {
     auto& bucket = all[b];
     at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
     mine.copy_(shards_[b][kMaster]);
-    gathers.push_back(buckets_.group().all_gather(bucket.values, mine.clone()));
+    gathers.push_back(bucket.comm->all_gather(bucket.values, mine.clone()));
   }
   for (auto& g : gathers) g->wait();
   ++steps_taken_;
 }
 
+void DistributedOptimizer::refresh_master_weights() {
+  at::NoGradGuard no_grad;
+  auto& all = buckets_.buckets();
+  for (size_t b = 0; b < all.size(); ++b)
+    shards_[b][kMaster].copy_(all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
+}
+
 std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records() const {
   const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
+  const mesh::ProcessGroups& groups = buckets_.groups();
   std::vector<checkpoint::TensorRecord> out;
   for (const Fragment& fr : fragments_) {
     const auto& p = params_[fr.param];
+    // The same fragment is on the ranks that hold the same slice and the same shard of the bucket.
+    const auto holders = as_replication(
+        shard_replicas(groups.layout(), groups.global_rank(), p, buckets_.buckets()[fr.bucket].group));
     for (int k = 0; k < 3; ++k) {
       if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
       out.push_back(checkpoint::TensorRecord::flat(kStateNames[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length),
                                                    p.global_shape, p.offsets(), p.tensor.sizes().vec(), fr.param_offset));
+      if (holders.count > 1) out.back().replicated = holders;
     }
   }
+  const auto stage = as_replication(stage_replicas(groups.layout(), groups.global_rank()));
   for (const auto& p : params_) {
     auto step = checkpoint::TensorRecord::whole("optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat));
-    step.replicated = true;
+    step.replicated = stage;
     out.push_back(std::move(step));
   }
   return out;

@@ -1,9 +1,9 @@
 #pragma once
 // ZeRO-1 (Megatron's distributed optimizer): fp32 master weights and Adam moments exist only for
-// this rank's shard of every gradient bucket. After the buckets' reduce-scatter, each rank updates
-// its shard with the fused AdamW kernel and the updated parameters are all-gathered. The gradient
-// norm is computed from the shards and summed over the group, so clipping matches the unsharded
-// optimizer.
+// this rank's shard of every gradient bucket (sharded over the bucket's reduction group). After
+// the buckets' reduce-scatter, each rank updates its shard with the fused AdamW kernel and the
+// updated parameters are all-gathered. The gradient norm and clipping are the buckets' (over the
+// shards, each unique element counted once), so they match the unsharded optimizer.
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -30,13 +30,12 @@ class DistributedOptimizer {
  public:
   DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params, const recipe::OptimizerConfig& config);
 
-  // The global L2 norm of the (reduced) gradients; a collective over the data-parallel group.
-  double grad_norm();
-  void scale_gradients(double coefficient);
   // Updates this rank's shard and all-gathers the parameters (waits for the gather).
   void step(double lr);
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
+  // Copies this rank's shard of the parameters into the fp32 master weights (after loading them).
+  void refresh_master_weights();
 
   // This rank's state for a checkpoint, under the names optim::AdamW::state() uses, without any communication: its
   // fragments of the moments (and of the fp32 master weights when the parameters are not fp32) as

@@ -5,14 +5,27 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <map>
+
+#include "parallel/data/replicas.h"
+
 namespace trainer::parallel {
 
 namespace {
 
-struct ReadyHook : torch::autograd::PostAccumulateGradHook {
-  ReadyHook(GradBuckets* owner, size_t bucket) : owner(owner), bucket(bucket) {}
-  void operator()(const torch::autograd::Variable&) override { owner->on_gradient_ready(bucket); }
+// Gradients autograd accumulates itself (the norms' weights): moved into main_grad as they arrive.
+struct MoveToMainGrad : torch::autograd::PostAccumulateGradHook {
+  MoveToMainGrad(GradBuckets* owner, model::Parameter* param, size_t bucket) : owner(owner), param(param), bucket(bucket) {}
+  void operator()(const torch::autograd::Variable& variable) override {
+    at::Tensor& grad = variable.mutable_grad();
+    if (!grad.defined()) return;  // called for the custom layers' weights too, which add their own
+    param->main_grad.add_(grad);
+    grad.reset();
+    owner->on_gradient_ready(bucket);
+  }
   GradBuckets* owner;
+  model::Parameter* param;
   size_t bucket;
 };
 
@@ -22,100 +35,179 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-GradBuckets::GradBuckets(std::deque<model::Parameter>& params, comm::Communicator& dp, GradReduction reduction,
-                         int64_t bucket_bytes, bool overlap)
-    : params_(params), dp_(dp), reduction_(reduction), overlap_(overlap) {
-  // Group parameters (in reverse order) into buckets.
-  Bucket current;
-  const int64_t element_bytes = params.empty() ? 4 : int64_t(params.front().tensor.element_size());
+GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::ProcessGroups& groups,
+                         const BucketOptions& options)
+    : params_(params), groups_(groups), world_(groups.world()), options_(options) {
+  // Fill one open bucket per (chunk, group) in reverse parameter order.
+  const int64_t element_bytes = int64_t(c10::elementSize(options.grad_dtype));
+  std::map<std::pair<int64_t, int>, Bucket> open;
+  int64_t chunks = 1;
   for (size_t k = params.size(); k-- > 0;) {
-    current.params.push_back(k);
-    current.offsets.push_back(current.numel);
-    current.numel += params[k].tensor.numel();
-    if (current.numel * element_bytes >= bucket_bytes || k == 0) {
-      buckets_.push_back(std::move(current));
-      current = Bucket();
+    const model::Parameter& p = params[k];
+    chunks = std::max(chunks, p.chunk + 1);
+    const std::pair<int64_t, int> key{p.chunk, int(p.grad_group)};
+    Bucket& b = open[key];
+    if (b.params.empty()) {
+      b.chunk = p.chunk;
+      b.group = p.grad_group;
+      b.comm = &groups.get(p.grad_group);
+    }
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.tensor.numel();
+    b.expected += p.uses;
+    if (b.numel * element_bytes >= options.bucket_bytes) {
+      buckets_.push_back(std::move(b));
+      open.erase(key);
     }
   }
+  for (auto& [key, b] : open) buckets_.push_back(std::move(b));
+  // Launch order: the bucket whose last parameter comes latest in backward (the lowest index) last.
+  std::stable_sort(buckets_.begin(), buckets_.end(),
+                   [](const Bucket& a, const Bucket& b) { return a.params.back() > b.params.back(); });
+  reducing_.assign(size_t(chunks), false);
+  in_backward_.assign(size_t(chunks), false);
+  backwards_.assign(size_t(chunks), 0);
+
   at::NoGradGuard no_grad;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    const int64_t n = dp.size();
-    bucket.padded_numel = reduction == GradReduction::ReduceScatter ? (bucket.numel + n - 1) / n * n : bucket.numel;
+  const mesh::RankLayout& layout = groups.layout();
+  const int64_t rank = groups.global_rank();
+  counted_.assign(params.size(), false);
+  norm_is_local_ = true;
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    Bucket& bucket = buckets_[index];
+    const int64_t n = bucket.comm->size();
+    bucket.padded_numel = options.sharded ? (bucket.numel + n - 1) / n * n : bucket.numel;
     const auto& first = params[bucket.params.front()].tensor;
-    bucket.grads = at::zeros({bucket.padded_numel}, first.options().requires_grad(false));
-    if (reduction == GradReduction::ReduceScatter)
-      bucket.values = at::zeros({bucket.padded_numel}, first.options().requires_grad(false));
+    bucket.grads = at::zeros({bucket.padded_numel}, first.options().dtype(options.grad_dtype).requires_grad(false));
+    if (options.sharded) bucket.values = at::zeros({bucket.padded_numel}, first.options().requires_grad(false));
     for (size_t i = 0; i < bucket.params.size(); ++i) {
       model::Parameter& p = params[bucket.params[i]];
       const int64_t numel = p.tensor.numel();
-      if (reduction == GradReduction::ReduceScatter) {
+      if (options.sharded) {
         // Move the parameter into the bucket's storage; layers hold the same tensor, so they see it.
         at::Tensor view = bucket.values.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
         view.copy_(p.tensor.detach());
         p.tensor.set_data(view);
       }
-      p.tensor.mutable_grad() = bucket.grads.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
-      torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, std::make_unique<ReadyHook>(this, b));
+      p.main_grad = bucket.grads.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
+      p.grad_ready = [this, index] { on_gradient_ready(index); };
+      torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, std::make_unique<MoveToMainGrad>(this, &p, index));
+      const ReplicaSet holders = options.sharded ? shard_replicas(layout, rank, p, bucket.group)
+                                                 : parameter_replicas(layout, rank, p);
+      counted_[bucket.params[i]] = holders.first();
+      if (int64_t(parameter_replicas(layout, rank, p).ranks.size()) != layout.world_size() || (options.sharded && n > 1))
+        norm_is_local_ = false;
     }
   }
+  if (norm_is_local_) counted_.assign(params.size(), true);
   stats_.buckets = int64_t(buckets_.size());
 }
 
 GradBuckets::~GradBuckets() {
-  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+  for (auto& p : params_) {
+    torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
+    p.main_grad = at::Tensor();
+    p.grad_ready = nullptr;
+  }
 }
 
 void GradBuckets::begin_step() {
   step_start_ = std::chrono::steady_clock::now();
   stats_ = OverlapStats{int64_t(buckets_.size())};
+  next_launch_ = 0;
+  std::fill(reducing_.begin(), reducing_.end(), false);
+  std::fill(backwards_.begin(), backwards_.end(), 0);
   for (auto& b : buckets_) {
     b.ready = 0;
-    b.launched = false;
+    b.complete = b.launched = false;
     b.work.reset();
   }
 }
 
-void GradBuckets::begin_micro_batch(bool last) {
-  reducing_ = last;
-  in_backward_ = true;
-  for (auto& b : buckets_) b.ready = 0;
+void GradBuckets::begin_backward(int64_t chunk, bool last) {
+  reducing_[size_t(chunk)] = last;
+  in_backward_[size_t(chunk)] = true;
+  ++backwards_[size_t(chunk)];
 }
 
-void GradBuckets::mark_backward_end() {
-  in_backward_ = false;
-  if (reducing_) stats_.backward_end_s = seconds_since(step_start_);
+void GradBuckets::end_backward(int64_t chunk) {
+  in_backward_[size_t(chunk)] = false;
+  if (reducing_[size_t(chunk)]) stats_.backward_end_s = seconds_since(step_start_);
 }
 
 void GradBuckets::on_gradient_ready(size_t index) {
   Bucket& bucket = buckets_[index];
   ++bucket.ready;
-  if (reducing_ && overlap_ && !bucket.launched && bucket.ready == int64_t(bucket.params.size())) launch(bucket);
+  if (!reducing_[size_t(bucket.chunk)] || bucket.ready < bucket.expected * backwards_[size_t(bucket.chunk)]) return;
+  bucket.complete = true;
+  if (options_.overlap) launch_ready_in_order();
+}
+
+void GradBuckets::launch_ready_in_order() {
+  // In order: a bucket whose gradients came early waits for the ones before it, so that every rank
+  // launches collectives on a communicator in the same order.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].complete) launch(buckets_[next_launch_++]);
 }
 
 void GradBuckets::launch(Bucket& bucket) {
   bucket.launched = true;
   const double t = seconds_since(step_start_);
   if (stats_.first_launch_s < 0) stats_.first_launch_s = t;
-  if (in_backward_) ++stats_.launched_in_backward;
-  if (dp_.size() == 1) return;
-  if (reduction_ == GradReduction::AllReduce) {
-    bucket.work = dp_.all_reduce(bucket.grads, comm::ReduceOp::Sum);
+  if (in_backward_[size_t(bucket.chunk)]) ++stats_.launched_in_backward;
+  if (bucket.comm->size() == 1) return;
+  if (!options_.sharded) {
+    bucket.work = bucket.comm->all_reduce(bucket.grads, comm::ReduceOp::Sum);
   } else {
     at::Tensor shard = bucket.grads.narrow(0, shard_begin(bucket), shard_numel(bucket));
-    bucket.work = dp_.reduce_scatter(shard, bucket.grads, comm::ReduceOp::Sum);
+    bucket.work = bucket.comm->reduce_scatter(shard, bucket.grads, comm::ReduceOp::Sum);
   }
 }
 
 void GradBuckets::finish() {
-  for (auto& b : buckets_)
-    if (!b.launched) launch(b);
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
 }
 
 void GradBuckets::zero_grad() {
   for (auto& b : buckets_) b.grads.zero_();
+}
+
+at::Tensor GradBuckets::grad_norm() {
+  at::NoGradGuard no_grad;
+  // In parameter order, each counted gradient (or its part of this rank's shard).
+  std::vector<at::Tensor> parts;
+  if (!options_.sharded) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (counted_[i]) parts.push_back(params_[i].main_grad);
+  } else {
+    for (const auto& bucket : buckets_) {
+      const int64_t lo = shard_begin(bucket), hi = lo + shard_numel(bucket);
+      for (size_t j = 0; j < bucket.params.size(); ++j) {
+        const int64_t begin = bucket.offsets[j], end = begin + params_[bucket.params[j]].tensor.numel();
+        const int64_t a = std::max(begin, lo), z = std::min(end, hi);
+        if (a < z && counted_[bucket.params[j]]) parts.push_back(bucket.grads.narrow(0, a, z - a));
+      }
+    }
+  }
+  const auto device = buckets_.empty() ? at::Device(at::kCPU) : buckets_.front().grads.device();
+  // The fp32 norm of this rank's parts (as torch's clip_grad_norm_), squared exactly in double.
+  at::Tensor local = parts.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
+                                   : at::stack(at::_foreach_norm(parts, 2, at::kFloat)).norm().to(at::kDouble);
+  at::Tensor total = local * local;
+  if (!norm_is_local_) world_.all_reduce(total, comm::ReduceOp::Sum)->wait();
+  return total.sqrt();
+}
+
+void GradBuckets::scale(const at::Tensor& coefficient) {
+  at::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    if (options_.sharded)
+      bucket.grads.narrow(0, shard_begin(bucket), shard_numel(bucket)).mul_(coefficient);
+    else
+      bucket.grads.mul_(coefficient);
+  }
 }
 
 }  // namespace trainer::parallel

@@ -1,14 +1,23 @@
 #pragma once
-// Data-parallel gradient reduction in buckets (DESIGN.md section 6). Every parameter's .grad is a
-// view into a contiguous per-bucket buffer, so autograd accumulates micro-batches in place. On the
-// last micro-batch of a step, a post-accumulate-grad hook counts the gradients of each bucket and
-// launches the bucket's reduction (asynchronously) the moment its last gradient is final, while
-// backward continues with earlier layers. Earlier micro-batches communicate nothing.
+// The gradients of a model in contiguous buffers, reduced in buckets (DESIGN.md section 6 and
+// invariant 8). Each parameter's main_grad is a view into its bucket's buffer, fp32 by default
+// (also for bf16 parameters: accumulation over micro-batches and the reduction run in fp32, as in
+// Megatron and torchtitan) or the parameters' dtype (parallel.grad_reduce_dtype bf16). Gradient
+// contributions are added there (model::accumulate_gradient; a post-accumulate hook moves the
+// gradients autograd computes itself, the norms', into it).
 //
-// Reduction: a sum over the data-parallel group (the loss is already normalised by the global
-// token count). With ZeRO-1 (reduce_scatter mode) each rank receives the summed gradients of its
-// shard of the bucket only, and the parameters themselves also live in per-bucket buffers (padded
-// to a multiple of the group size) so the updated shards can be all-gathered.
+// Buckets hold parameters of one model chunk and one reduction group (dp x cp for dense weights,
+// edp for experts), filled in reverse parameter order (roughly the order backward produces
+// gradients) up to a size. A bucket's reduction is launched (asynchronously) the moment its last
+// gradient of the step has arrived (after the chunk's last micro-batch began its backward, every
+// use of every parameter has contributed; deferred weight gradients count when they run), in
+// bucket order (every rank of a communicator must launch in the same order), while backward
+// continues. Earlier micro-batches communicate nothing.
+//
+// Reduction: a sum (the loss is normalised by the global token count). Sharded (ZeRO-1): each
+// rank receives the summed gradients of its shard of the bucket only, and the parameters
+// themselves live in per-bucket buffers (padded to a multiple of the group size) so that the
+// updated shards can be all-gathered.
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -17,71 +26,95 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "mesh/process_groups.h"
 #include "model/parameter.h"
 
 namespace trainer::parallel {
-
-enum class GradReduction { AllReduce, ReduceScatter };
 
 struct OverlapStats {
   int64_t buckets = 0;
   int64_t launched_in_backward = 0;  // buckets whose reduction started before backward returned
   double first_launch_s = -1;        // seconds from begin_step() to the first launch
-  double backward_end_s = -1;        // seconds from begin_step() to mark_backward_end()
+  double backward_end_s = -1;        // seconds from begin_step() to the end of the last backward
+};
+
+struct BucketOptions {
+  int64_t bucket_bytes = 40 << 20;
+  bool overlap = true;                                   // false: every reduction starts in finish()
+  bool sharded = false;                                  // ZeRO-1: reduce-scatter, parameters in the buckets
+  c10::ScalarType grad_dtype = c10::ScalarType::Float;   // of the gradient buffers
 };
 
 class GradBuckets {
  public:
   struct Bucket {
+    int64_t chunk = 0;
+    mesh::GroupKind group = mesh::GroupKind::DpCp;
+    comm::Communicator* comm = nullptr;
     std::vector<size_t> params;    // indices into the parameter list
     std::vector<int64_t> offsets;  // element offset of each parameter in the buffers
     int64_t numel = 0;             // used elements
-    int64_t padded_numel = 0;      // a multiple of the group size (reduce_scatter mode)
-    at::Tensor grads;              // [padded_numel]
-    at::Tensor values;             // [padded_numel] parameter storage (reduce_scatter mode only)
-    int64_t ready = 0;
+    int64_t padded_numel = 0;      // a multiple of the group size when sharded
+    int64_t expected = 0;          // gradient contributions per micro-batch (the parameters' uses)
+    at::Tensor grads;              // [padded_numel] in the gradient dtype
+    at::Tensor values;             // [padded_numel] parameter storage (sharded only)
+    int64_t ready = 0;             // contributions this step
+    bool complete = false;         // all contributions of the step arrived
     bool launched = false;
     std::unique_ptr<comm::Work> work;
   };
 
-  // Buckets are filled in reverse parameter order (roughly the order backward produces gradients)
-  // up to `bucket_bytes` each. `overlap` false launches every reduction only in finish().
-  GradBuckets(std::deque<model::Parameter>& params, comm::Communicator& dp, GradReduction reduction,
-              int64_t bucket_bytes, bool overlap);
+  GradBuckets(std::deque<model::Parameter>& params, const mesh::ProcessGroups& groups, const BucketOptions& options);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   void begin_step();
-  // Whether the coming backward is the last micro-batch of the step (the one that reduces).
-  void begin_micro_batch(bool last);
-  void mark_backward_end();
+  // Around one micro-batch's backward of a chunk; `last`: the step's last micro-batch for that
+  // chunk (the one that reduces).
+  void begin_backward(int64_t chunk, bool last);
+  void end_backward(int64_t chunk);
   // Launches what has not started (parameters without a gradient this step, overlap off) and
   // waits for every reduction. Afterwards the buffers hold the reduced gradients (all of them, or
   // this rank's shard).
   void finish();
   void zero_grad();
 
-  std::vector<Bucket>& buckets() { return buckets_; }
-  comm::Communicator& group() { return dp_; }
-  GradReduction reduction() const { return reduction_; }
-  const OverlapStats& stats() const { return stats_; }
-  // This rank's shard of a bucket in reduce_scatter mode: [shard_begin, shard_begin + shard_numel).
-  int64_t shard_numel(const Bucket& b) const { return b.padded_numel / dp_.size(); }
-  int64_t shard_begin(const Bucket& b) const { return shard_numel(b) * dp_.rank(); }
+  // The L2 norm of all reduced gradients of the model across every rank, each unique element
+  // counted once (replicas.h): a 0-dim double tensor on the gradients' device. A collective over
+  // the world unless every rank holds every gradient.
+  at::Tensor grad_norm();
+  // Multiplies the reduced gradients (this rank's shards when sharded) by a 0-dim tensor.
+  void scale(const at::Tensor& coefficient);
 
-  void on_gradient_ready(size_t bucket);  // called by the hooks
+  std::vector<Bucket>& buckets() { return buckets_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  bool sharded() const { return options_.sharded; }
+  const mesh::ProcessGroups& groups() const { return groups_; }
+  const OverlapStats& stats() const { return stats_; }
+  // This rank's shard of a bucket when sharded: [shard_begin, shard_begin + shard_numel).
+  static int64_t shard_numel(const Bucket& b) { return b.padded_numel / b.comm->size(); }
+  static int64_t shard_begin(const Bucket& b) { return shard_numel(b) * b.comm->rank(); }
+
+  void on_gradient_ready(size_t bucket);  // called as contributions arrive
 
  private:
+  void launch_ready_in_order();
   void launch(Bucket& bucket);
 
   std::deque<model::Parameter>& params_;
-  comm::Communicator& dp_;
-  GradReduction reduction_;
-  bool overlap_;
-  bool reducing_ = false;  // the current micro-batch is the last one
-  bool in_backward_ = false;
+  const mesh::ProcessGroups& groups_;
+  comm::Communicator& world_;
+  BucketOptions options_;
   std::vector<Bucket> buckets_;
+  std::vector<bool> reducing_;      // per chunk: the current micro-batch is its last one
+  std::vector<bool> in_backward_;   // per chunk
+  std::vector<int64_t> backwards_;  // per chunk: backward passes begun this step
+  size_t next_launch_ = 0;          // buckets launch in index order
+  // For the norm: per parameter, whether this rank counts it (its whole slice, or its part of the
+  // shard when sharded); false everywhere but the first replica.
+  std::vector<bool> counted_;
+  bool norm_is_local_ = false;      // every rank holds every gradient: no collective
   std::chrono::steady_clock::time_point step_start_;
   OverlapStats stats_;
 };

@@ -100,21 +100,30 @@ TEST_CASE("files an interrupted save left in the staging directory are not commi
   CHECK(std::filesystem::exists(committed + "/shard-00000.safetensors"));
 }
 
-TEST_CASE("replicated tensors are spread over the data-parallel ranks by size", "[checkpoint]") {
+TEST_CASE("replicated tensors are spread over their replication group by size", "[checkpoint]") {
   CHECK(assign_replicated({100, 10, 60, 50}, 2) == std::vector<int64_t>{0, 0, 1, 1});  // 100 | 60+50, then 10 to the lighter
   CHECK(assign_replicated({5, 5, 5, 5}, 4) == std::vector<int64_t>{0, 1, 2, 3});
   CHECK(assign_replicated({5, 5}, 1) == std::vector<int64_t>{0, 0});
-  // Each record is written by exactly one rank, and sharded records by their holder.
-  std::vector<TensorRecord> records;
-  for (int i = 0; i < 7; ++i) {
-    auto r = TensorRecord::whole(fmt::format("p{}", i), at::zeros({i + 1}));
-    r.replicated = true;
-    records.push_back(r);
-  }
-  records.push_back(TensorRecord::whole("mine", at::zeros({1})));
+  // Six ranks as tp = 2 x dp = 3: "w" slices are replicated over dp (3 ranks with the same tp
+  // index), "n" tensors over all six. Each record is written by exactly one rank per slice, and
+  // unreplicated records by their holder.
   std::map<std::string, int> writers;
-  for (int64_t rank = 0; rank < 3; ++rank)
-    for (const auto& r : records_to_write(records, rank, 3)) writers[r.name] += 1;
-  CHECK(writers.size() == 8);
-  for (const auto& [name, count] : writers) CHECK(count == (name == "mine" ? 3 : 1));
+  for (int64_t rank = 0; rank < 6; ++rank) {
+    const int64_t tp = rank % 2, dp = rank / 2;
+    std::vector<TensorRecord> records;
+    for (int i = 0; i < 5; ++i) {
+      auto w = TensorRecord::whole(fmt::format("w{}.tp{}", i, tp), at::zeros({i + 1}));
+      w.replicated = TensorRecord::Replication{"dp", dp, 3};
+      records.push_back(w);
+      auto n = TensorRecord::whole(fmt::format("n{}", i), at::zeros({2 * i + 1}));
+      n.replicated = TensorRecord::Replication{"tp_dp", rank, 6};
+      records.push_back(n);
+    }
+    records.push_back(TensorRecord::whole("mine", at::zeros({1})));
+    const auto written = records_to_write(records);
+    for (const auto& r : written) writers[r.name] += 1;
+    if (rank == 0) CHECK(written.size() >= 3);  // its own record and a share of both groups
+  }
+  CHECK(writers.size() == 16);
+  for (const auto& [name, count] : writers) CHECK(count == (name == "mine" ? 6 : 1));
 }

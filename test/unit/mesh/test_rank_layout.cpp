@@ -34,6 +34,7 @@ std::map<GroupKind, Groups> brute_force(const recipe::MeshShape& s) {
           keyed[GroupKind::Pp][{tp, cp, dp}].push_back(rank);
           keyed[GroupKind::DpCp][{tp, pp}].push_back(rank);
           keyed[GroupKind::TpCp][{dp, pp}].push_back(rank);
+          keyed[GroupKind::TpDpCp][{pp}].push_back(rank);
         }
   rank = 0;
   for (int64_t pp = 0; pp < s.pp; ++pp)
@@ -61,6 +62,8 @@ TEST_CASE("mesh: Megatron's 16-rank example (TP2 CP2 PP2 DP2 - ETP1 EP4 EDP2)", 
   CHECK(layout.all_groups(GroupKind::Pp) == Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}});
   CHECK(layout.all_groups(GroupKind::DpCp) == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}});
   CHECK(layout.all_groups(GroupKind::TpCp) == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
+  CHECK(layout.all_groups(GroupKind::TpDpCp) == Groups{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}});
+  CHECK(layout.index_in(GroupKind::DpCp, 6) == 3);
   CHECK(layout.all_groups(GroupKind::Ep) == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
   CHECK(layout.all_groups(GroupKind::Edp) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
   CHECK(layout.all_groups(GroupKind::Etp).size() == 16);

@@ -32,10 +32,10 @@ TEST_CASE("Linear is x W^T with W of shape out x in - Embedding is a row lookup"
   const at::Tensor tokens = at::tensor({4, 0, 4, 2}, at::kLong).view({2, 2});
   const at::Tensor e = embedding.forward(tokens);
   CHECK(e.sizes().vec() == std::vector<int64_t>{2, 2, 3});
-  CHECK(at::equal(e[0][0], embedding.weight()[4]));
-  CHECK(at::equal(e[0][1], embedding.weight()[0]));
-  CHECK(at::equal(e[1][0], embedding.weight()[4]));
-  CHECK(at::equal(e[1][1], embedding.weight()[2]));
+  CHECK(at::equal(e[0][0], embedding.parameter().tensor[4]));
+  CHECK(at::equal(e[0][1], embedding.parameter().tensor[0]));
+  CHECK(at::equal(e[1][0], embedding.parameter().tensor[4]));
+  CHECK(at::equal(e[1][1], embedding.parameter().tensor[2]));
 }
 
 TEST_CASE("RmsNorm is w times x / sqrt(mean(x^2) + eps) computed in fp32 and cast back", "[model][layers]") {

@@ -169,13 +169,15 @@ TEST_CASE("a shard is the slice of the global tensor", "[model][init]") {
   const std::vector<int64_t> shape = {6, 10};
   const at::Tensor global = model::global_initial_value(11, name, shape, model::InitKind::Normal, 0.02);
   model::ParameterSet whole(model::ParameterOptions{11, 0.02});
-  CHECK(at::equal(whole.create(name, shape, model::InitKind::Normal), global));
+  CHECK(at::equal(whole.create(name, shape, model::InitKind::Normal).tensor, global));
   for (int64_t dim : {0, 1}) {
     CAPTURE(dim);
     std::vector<at::Tensor> halves;
     for (int64_t r : {0, 1}) {
       model::ParameterSet set(model::ParameterOptions{11, 0.02});
-      const at::Tensor local = set.create(name, shape, model::InitKind::Normal, model::ShardSpec{dim, r, 2});
+      const at::Tensor local =
+          set.create(name, shape, model::InitKind::Normal, {model::ShardSpec::even(dim, shape[size_t(dim)], r, 2, mesh::GroupKind::Tp)})
+              .tensor;
       const auto* p = set.find(name);
       REQUIRE(p);
       CHECK(p->global_shape == shape);
@@ -188,9 +190,15 @@ TEST_CASE("a shard is the slice of the global tensor", "[model][init]") {
     }
     CHECK(at::equal(at::cat(halves, dim), global));
   }
-  // A dimension that does not split evenly is refused; so is a name registered twice.
+  // Equal shards of a dimension that does not split evenly are refused; uneven shards (the last one
+  // of a padded vocabulary) are slices at their offset; a shard outside the shape and a name
+  // registered twice are refused.
+  CHECK_THROWS(model::ShardSpec::even(0, 5, 0, 2, mesh::GroupKind::Tp));
   model::ParameterSet set(model::ParameterOptions{11, 0.02});
-  CHECK_THROWS(set.create("odd", {5, 4}, model::InitKind::Normal, model::ShardSpec{0, 0, 2}));
+  const model::Parameter& tail = set.create("odd", {5, 4}, model::InitKind::Normal, {model::ShardSpec{0, 3, 2, mesh::GroupKind::Tp}});
+  CHECK(tail.offsets() == std::vector<int64_t>{3, 0});
+  CHECK(at::equal(tail.tensor, model::global_initial_value(11, "odd", {5, 4}, model::InitKind::Normal, 0.02).narrow(0, 3, 2)));
+  CHECK_THROWS(set.create("outside", {5, 4}, model::InitKind::Normal, {model::ShardSpec{1, 3, 2, mesh::GroupKind::Tp}}));
   set.create("w", {4, 4}, model::InitKind::Normal);
   CHECK_THROWS(set.create("w", {4, 4}, model::InitKind::Normal));
 }
@@ -213,7 +221,9 @@ TEST_CASE("tensor-parallel layers hold column and row slices of the global weigh
     for (size_t i = 0; i < sharded.size(); ++i) {
       const auto* p = shard.parameters().find(sharded[i].first);
       REQUIRE(p);
-      CHECK(p->shard.dim == sharded[i].second);
+      REQUIRE(p->shards.size() == 1);
+      CHECK(p->shards[0].dim == sharded[i].second);
+      CHECK(p->shards[0].group == mesh::GroupKind::Tp);
       parts[i].push_back(p->tensor.detach());
     }
     // Norms are replicated.

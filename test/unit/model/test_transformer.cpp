@@ -33,6 +33,27 @@ at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& targets
 
 }  // namespace
 
+TEST_CASE("ignored targets are left out of the loss - it equals the cross-entropy of the others", "[model][transformer]") {
+  const at::Tensor inputs = model_test::random_tokens(2, 7, 32, 1);
+  const at::Tensor targets = model_test::random_tokens(2, 7, 32, 2);
+  at::Tensor masked = targets.clone();
+  masked.index_put_({0, at::indexing::Slice(0, 3)}, model::kIgnoreIndex);
+  masked.index_put_({1, 5}, model::kIgnoreIndex);
+  const model::Transformer m = build(model_test::tiny_config(false), at::kFloat);
+  const at::Tensor logits = m.logits(inputs).to(at::kFloat).reshape({-1, 32});
+  // Reference: log-sum-exp minus the target logit, over the real targets only.
+  double expected = 0;
+  const at::Tensor flat = masked.reshape({-1});
+  for (int64_t i = 0; i < flat.size(0); ++i) {
+    const int64_t t = flat[i].item<int64_t>();
+    if (t == model::kIgnoreIndex) continue;
+    expected += at::logsumexp(logits[i], 0).item<double>() - logits[i][t].item<double>();
+  }
+  const model::ForwardOutput out = m.forward(inputs, masked);
+  CHECK(out.loss_sum.item<double>() == Approx(expected).epsilon(1e-5));
+  CHECK(out.loss_sum.item<double>() < m.forward(inputs, targets).loss_sum.item<double>());
+}
+
 TEST_CASE("Transformer shapes and dtypes: logits B x T x V in the model dtype and fp32 scalar losses",
           "[model][transformer]") {
   const at::Tensor inputs = model_test::random_tokens(2, 5, 32, 1);

@@ -1,0 +1,73 @@
+#include "train/run_start.h"
+
+#include <fmt/format.h>
+
+#include "checkpoint/checkpoint.h"
+#include "recipe/recipe_diff.h"
+
+namespace trainer::train {
+
+namespace {
+
+std::optional<std::string> resume_path(const recipe::Recipe& r) {
+  const auto& c = r.checkpoint;
+  if (c.resume == "none") return std::nullopt;
+  if (c.resume == "auto") return c.dir ? checkpoint::find_latest_checkpoint(*c.dir) : std::nullopt;
+  return c.resume;
+}
+
+// A changed recipe is allowed (a longer run, another mesh), but never silently.
+void report_recipe_changes(const checkpoint::LoadedCheckpoint& checkpoint, const nlohmann::json& resolved,
+                           const std::function<void(const std::string&)>& say) {
+  if (!checkpoint.manifest().contains("recipe")) return;
+  const auto changes = recipe::recipe_differences(checkpoint.manifest().at("recipe"), resolved);
+  if (changes.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < changes.size() && i < 8; ++i) list += "\n  " + changes[i];
+  if (changes.size() > 8) list += fmt::format("\n  ... and {} more", changes.size() - 8);
+  say(fmt::format("this recipe differs from the checkpoint's in {} value{} (checkpoint -> now; now wins, the "
+                  "learning-rate schedule included):{}",
+                  changes.size(), changes.size() == 1 ? "" : "s", list));
+}
+
+}  // namespace
+
+RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transformer& model, OptimizerDriver& optimizer,
+                           const std::function<void(const std::string&)>& say) {
+  const recipe::Recipe& r = loaded.recipe;
+  RunStart start;
+  const auto path = resume_path(r);
+  if (!path) {
+    if (r.model.init_from) {
+      const int64_t count = load_hf_weights(*r.model.init_from, model);
+      optimizer.refresh_master_weights();  // the fp32 masters were taken from the initial values
+      say(fmt::format("initialised {} parameters from Hugging Face weights in {}", count, *r.model.init_from));
+    }
+    return start;
+  }
+  const checkpoint::LoadedCheckpoint checkpoint(*path);
+  if (checkpoint.step() >= r.training.steps) {
+    // Re-running a finished run: say so instead of "finished after step 200 of 60".
+    say(fmt::format("nothing to train: checkpoint {} is at step {}, which is not before training.steps={}; raise "
+                    "training.steps to train further, or set checkpoint.resume=none to start over",
+                    checkpoint.path(), checkpoint.step(), r.training.steps));
+    TrainSummary done;
+    done.first_step = done.steps_completed = checkpoint.step();
+    done.nothing_to_do = true;
+    done.last_checkpoint = checkpoint.path();
+    start.finished = done;
+    return start;
+  }
+  start.progress = restore_model(checkpoint, model);
+  optimizer.load_state(optimizer_state_reader(checkpoint),
+                       checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
+  say(fmt::format("resumed from {} at step {} ({} samples consumed)", checkpoint.path(), start.progress.step,
+                  start.progress.consumed_samples));
+  if (r.model.init_from)
+    say(fmt::format("model.init_from {} is ignored: the run resumes from the checkpoint (set checkpoint.resume=none "
+                    "to start from those weights)", *r.model.init_from));
+  report_recipe_changes(checkpoint, loaded.resolved, say);
+  return start;
+}
+
+}  // namespace trainer::train

@@ -1,0 +1,193 @@
+#include "train/step_log.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/plural.h"
+#include "estimate/hardware.h"
+#include "metrics/cpu_memory.h"
+#include "metrics/cuda_memory.h"
+#include "metrics/gpu_peaks.h"
+#include "metrics/human_format.h"
+#include "metrics/step_metrics.h"
+#include "metrics/throughput.h"
+
+namespace trainer::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string first_non_finite_gradient(const model::Transformer& model) {
+  for (const auto& p : model.parameters().all()) {
+    const at::Tensor g = p.grad();
+    if (g.defined() && !at::isfinite(g).all().item<bool>()) return p.name;
+  }
+  return "none on this rank";
+}
+
+void reset_peak_memory(bool on_gpu) {
+  if (on_gpu)
+    metrics::reset_cuda_peak_memory();
+  else
+    metrics::CpuMemoryTracker::reset_peak();
+}
+
+}  // namespace
+
+StepLog::StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& model, c10::Device device, FILE* log)
+    : loaded_(loaded), recipe_(loaded.recipe), mesh_(loaded.mesh.value()), model_(model), device_(device), log_(log) {
+  const recipe::Recipe& r = recipe_;
+  counts_ = estimate::count_model(r.model, r.training.seq_len);
+  // What the estimator predicts for this very run (torch-free, the same code as `trainer estimate`).
+  std::optional<estimate::HardwareProfile> profile;
+  if (device.is_cuda()) {
+    device_name_ = at::cuda::getDeviceProperties(device.index())->name;
+    if (auto gpu = metrics::gpu_peak_for_device_name(device_name_)) {
+      peak_tflops_ = metrics::dense_peak_tflops(*gpu, r.training.dtype);
+      try {
+        profile = estimate::builtin_profile(gpu->key);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  estimate::EstimateOptions estimate_options;
+  estimate_options.cpu_threads = at::get_num_threads();
+  predicted_ = estimate::estimate_job(r, mesh_, profile ? &*profile : nullptr, estimate_options);
+  if (log_ && r.logging.metrics_file) metrics_file_ = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
+  const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device);
+  first_bad_loss_ = at::zeros({}, scalar);
+  first_bad_norm_ = at::zeros({}, scalar);
+  run_start_ = last_read_ = Clock::now();
+  reset_peak_memory(device.is_cuda());
+}
+
+void StepLog::say(const std::string& line) const {
+  if (!log_) return;
+  std::fputs((line + "\n").c_str(), log_);
+  std::fflush(log_);
+}
+
+void StepLog::print_opening(const data::Dataset& dataset, const std::string& optimizer_description) const {
+  const recipe::Recipe& r = recipe_;
+  say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {} | device: {} {} x {} | global batch "
+                  "{} x {} tokens ({} of {} per rank) | {}",
+                  metrics::format_count(double(counts_.total_params)), metrics::format_count(double(counts_.active_params)),
+                  metrics::format_count(counts_.flops_per_token), dataset.describe(), mesh_.world_size, device_name_,
+                  r.training.dtype, mesh_.global_batch_size, r.training.seq_len,
+                  count_of(mesh_.grad_accum_steps, "micro-batch", "micro-batches"), r.training.micro_batch_size,
+                  optimizer_description));
+  if (const auto floor = dataset.entropy_floor()) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor));
+  const_cast<StepLog*>(this)->floor_ = dataset.entropy_floor();
+}
+
+void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const parallel::OverlapStats* overlap,
+                         bool read_now) {
+  at::NoGradGuard no_grad;
+  const at::Tensor loss = f.loss_sum / at::clamp_min(f.real_tokens, 1.0);
+  // Remember the first step whose figures were not finite, without reading them.
+  first_bad_loss_ = at::where((first_bad_loss_ == 0) & ~at::isfinite(loss), double(step), first_bad_loss_);
+  first_bad_norm_ = at::where((first_bad_norm_ == 0) & ~at::isfinite(f.grad_norm), double(step), first_bad_norm_);
+  ++steps_since_read_;
+  const bool logged = step % recipe_.logging.interval == 0 || step == recipe_.training.steps;
+  if (!logged && !read_now) return;
+
+  // The one host synchronisation of these steps.
+  const at::Tensor host =
+      at::stack({loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_}).to(at::kCPU);
+  const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - last_read_).count();
+  const double seconds = elapsed / double(steps_since_read_);
+  time_timed_ += elapsed;
+  steps_timed_ += steps_since_read_;
+  last_read_ = now;
+  steps_since_read_ = 0;
+  const double step_loss = host[0].item<double>(), grad_norm = host[2].item<double>();
+  const double step_aux = host[1].item<double>() / double(mesh_.grad_accum_steps * mesh_.dp);
+  last_loss_ = step_loss;
+  const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
+  if (bad_loss > 0 || bad_norm > 0) {
+    print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
+    check_finite(step, step_loss, grad_norm, lr, bad_loss, bad_norm);
+  }
+  if (logged) print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
+}
+
+void StepLog::check_finite(int64_t step, double loss, double grad_norm, double lr, double first_bad_loss,
+                           double first_bad_norm) const {
+  (void)lr;
+  const bool loss_bad = first_bad_loss > 0 && (first_bad_norm == 0 || first_bad_loss <= first_bad_norm);
+  const int64_t first = int64_t(loss_bad ? first_bad_loss : first_bad_norm);
+  const double value = loss_bad ? loss : grad_norm;
+  const std::string gradients =
+      loss_bad ? ""
+      : first == step ? fmt::format(" (first non-finite gradient: {})", first_non_finite_gradient(model_))
+                      : "";
+  throw TrainingFailure(fmt::format(
+      "step {}: the {} is {}{}{}; training diverged and stops (the last checkpoint is intact). Try a lower "
+      "optimizer.lr or a longer optimizer.warmup_steps, training.grad_clip, checking the data for bad tokens{}",
+      first, loss_bad ? "loss" : "gradient norm", first == step ? fmt::format("{}", value) : "not finite",
+      first == step ? "" : fmt::format(" (seen at the read after step {})", step), gradients,
+      recipe_.training.dtype == "bf16" ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
+}
+
+void StepLog::print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
+                         const parallel::OverlapStats* overlap) {
+  const recipe::Recipe& r = recipe_;
+  const bool on_gpu = device_.is_cuda();
+  metrics::StepMetrics m;
+  m.step = step;
+  m.total_steps = r.training.steps;
+  m.loss = loss;
+  m.lr = lr;
+  m.grad_norm = grad_norm;
+  const int64_t global_tokens = mesh_.global_batch_size * r.training.seq_len;
+  const auto throughput =
+      metrics::measure_throughput(global_tokens, seconds, counts_.flops_per_token, mesh_.world_size, peak_tflops_);
+  m.tokens_per_s = throughput.tokens_per_s;
+  m.tflops_per_device = throughput.tflops_per_device;
+  m.mfu = throughput.mfu;
+  m.mem_peak_bytes = on_gpu ? metrics::cuda_memory_stats().peak_allocated_bytes : metrics::CpuMemoryTracker::peak_bytes();
+  m.time_s = seconds;
+  m.eta_s = time_timed_ / double(std::max<int64_t>(1, steps_timed_)) * double(r.training.steps - step);
+  m.extra = {{"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start_).count()},
+             {"consumed_samples", step * mesh_.global_batch_size}};
+  if (r.model.moe) m.extra["aux_loss"] = aux;
+  if (floor_) m.extra["loss_floor"] = *floor_;
+  m.extra["mem_predicted_bytes"] = int64_t(predicted_.peak_bytes);
+  m.extra["step_time_predicted_s"] = predicted_.has_time ? nlohmann::json(predicted_.step_time_s) : nlohmann::json();
+  if (overlap)
+    m.extra["dp_overlap"] = {{"buckets", overlap->buckets},
+                             {"launched_in_backward", overlap->launched_in_backward},
+                             {"first_launch_s", overlap->first_launch_s},
+                             {"backward_end_s", overlap->backward_end_s}};
+  say(metrics::format_console_line(m));
+  if (!compared_) {
+    compared_ = true;
+    say(fmt::format("predicted vs measured (rank 0): peak tensor memory {} vs {} ({:+.1f}%); step time {}",
+                    metrics::format_bytes(int64_t(predicted_.peak_bytes)), metrics::format_bytes(m.mem_peak_bytes),
+                    100.0 * (predicted_.peak_bytes - double(m.mem_peak_bytes)) / double(std::max<int64_t>(1, m.mem_peak_bytes)),
+                    predicted_.has_time ? fmt::format("{:.3f} s vs {:.3f} s", predicted_.step_time_s, seconds)
+                                        : fmt::format("not predicted on the CPU (measured {:.3f} s)", seconds)));
+  }
+  if (metrics_file_) metrics_file_->write(m);
+  reset_peak_memory(on_gpu);  // the next logged peak covers the steps since this line
+}
+
+void StepLog::evaluation(int64_t step, const EvaluationResult& result) {
+  say(fmt::format("evaluation after step {}: loss {:.4f} | perplexity {:.3f} | {} held-out tokens", step, result.loss,
+                  result.perplexity, metrics::format_count(double(result.tokens))));
+  if (metrics_file_)
+    metrics_file_->write(nlohmann::json{{"step", step},
+                                        {"eval_loss", result.loss},
+                                        {"eval_perplexity", result.perplexity},
+                                        {"eval_tokens", result.tokens}});
+}
+
+}  // namespace trainer::train

@@ -1,0 +1,65 @@
+#include "train/train_step.h"
+
+#include <ATen/ATen.h>
+
+#include "parallel/pipeline/executor.h"
+#include "train/batch.h"
+
+namespace trainer::train {
+
+TrainStep::TrainStep(model::Transformer& model, OptimizerDriver& optimizer, const data::Dataset& dataset,
+                     const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+                     c10::Device device)
+    : model_(model), optimizer_(optimizer), dataset_(dataset), recipe_(recipe), mesh_(mesh), groups_(groups),
+      device_(device) {}
+
+void all_reduce_scalars(comm::Communicator& group, std::vector<at::Tensor*> values) {
+  if (group.size() == 1) return;
+  std::vector<at::Tensor> parts;
+  for (at::Tensor* v : values) parts.push_back(*v);
+  at::Tensor packed = at::stack(parts);
+  group.all_reduce(packed, comm::ReduceOp::Sum)->wait();
+  for (size_t i = 0; i < values.size(); ++i) *values[i] = packed[int64_t(i)];
+}
+
+StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
+  const int64_t accumulation = mesh_.grad_accum_steps, batch = recipe_.training.micro_batch_size;
+  comm::Communicator& dp = groups_.get(mesh::GroupKind::DpCp);
+  const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device_);
+
+  // All micro-batches first: the loss is normalised by the real targets of the global batch.
+  std::vector<MicroBatch> batches;
+  StepFigures f{at::zeros({}, scalar), at::zeros({}, scalar), at::zeros({}, scalar), {}};
+  for (int64_t m = 0; m < accumulation; ++m) {
+    const uint64_t first = first_sample_of(uint64_t(consumed_samples), groups_.coordinates().dp, accumulation, m, batch);
+    batches.push_back(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
+                                       recipe_.data.loss_mask_token));
+    f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
+  }
+  all_reduce_scalars(dp, {&f.real_tokens});
+  // At least one, so that a batch whose targets are all ignored gives a zero loss, not NaN.
+  const at::Tensor divisor = at::clamp_min(f.real_tokens, 1.0).to(at::kFloat);
+
+  const double aux_coef = recipe_.model.moe ? recipe_.model.moe->router_aux_loss_coef : 0.0;
+  auto forward = [&](int64_t m, int64_t) {
+    const model::ForwardOutput out = model_.forward(batches[size_t(m)].inputs, batches[size_t(m)].targets);
+    f.loss_sum += out.loss_sum.detach();
+    f.aux_sum += out.aux_loss.detach();
+    at::Tensor loss = out.loss_sum / divisor;
+    if (aux_coef > 0) loss = loss + out.aux_loss * (aux_coef / double(accumulation * mesh_.dp));
+    return loss;
+  };
+  parallel::StepExecutor::GradientHooks hooks;
+  hooks.begin_backward = [this](int64_t chunk, bool last) { optimizer_.begin_backward(chunk, last); };
+  hooks.end_backward = [this](int64_t chunk) { optimizer_.end_backward(chunk); };
+  parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads());
+
+  optimizer_.begin_step();
+  executor.run(parallel::single_stage_schedule(accumulation));
+  optimizer_.finish_gradients();
+  all_reduce_scalars(dp, {&f.loss_sum, &f.aux_sum});
+  f.grad_norm = optimizer_.grad_norm();
+  return f;
+}
+
+}  // namespace trainer::train

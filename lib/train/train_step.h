@@ -1,0 +1,49 @@
+#pragma once
+// One optimizer step's gradients on this rank (DESIGN.md section 4): the step's micro-batches
+// (this data-parallel rank's slice of the global batch), the number of real targets in the global
+// batch (those not ignored, summed over the data-parallel ranks before any backward, so that every
+// mesh normalises the loss the same way), and the step executor running the schedule's forward and
+// backward actions; then the gradient reductions and the gradient norm. Every figure stays on the
+// device: nothing here waits for the host.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "data/dataset.h"
+#include "mesh/process_groups.h"
+#include "model/transformer.h"
+#include "recipe/load.h"
+#include "train/optimizer_driver.h"
+
+namespace trainer::train {
+
+// 0-dim double tensors on the device, over the whole global batch.
+struct StepFigures {
+  at::Tensor loss_sum;     // token losses summed
+  at::Tensor aux_sum;      // MoE load-balancing losses summed over micro-batches and data-parallel ranks
+  at::Tensor real_tokens;  // targets in the loss
+  at::Tensor grad_norm;    // before clipping
+};
+
+class TrainStep {
+ public:
+  TrainStep(model::Transformer& model, OptimizerDriver& optimizer, const data::Dataset& dataset,
+            const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+            c10::Device device);
+
+  // Gradients of the global batch that starts at sample `consumed_samples`, reduced; the norm.
+  StepFigures compute_gradients(int64_t consumed_samples);
+
+ private:
+  model::Transformer& model_;
+  OptimizerDriver& optimizer_;
+  const data::Dataset& dataset_;
+  const recipe::Recipe& recipe_;
+  const recipe::MeshShape& mesh_;
+  const mesh::ProcessGroups& groups_;
+  c10::Device device_;
+};
+
+// Sums 0-dim tensors over a group in one collective (on the device, waits for the collective only).
+void all_reduce_scalars(comm::Communicator& group, std::vector<at::Tensor*> values);
+
+}  // namespace trainer::train
