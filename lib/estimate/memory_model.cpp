@@ -95,12 +95,13 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   {
     // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
     // to fp32 all at once (fp32 buffers need no copy). The gradient norm reads the buffers in
-    // place. The distributed optimizer clones the updated shard for the all-gather.
+    // place. The distributed optimizer clones the updated shard for the all-gather; on the CPU,
+    // Gloo's all-gather also receives every bucket into a flat buffer of its own first.
     const double norm = double(stage.params.norm);
     const double shard = sharded(1);
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
     const double copies = options.grad_bytes != 4 ? 4.0 * decay_shard : 0.0;
-    const double gather = sharded_optimizer ? e * shard : 0.0;
+    const double gather = sharded_optimizer ? e * shard + (options.gpu ? 0.0 : e * (pd + pe)) : 0.0;
     sm.optimizer_step_transient = std::max(copies, gather);
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
@@ -151,7 +152,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   if (after_backward > during_microbatch) {
     sm.peak_allocated = sm.static_bytes + after_backward;
     sm.peak_phase = sm.optimizer_step_transient == 0 ? "gradient reduction (Gloo reduce-scatter copies)"
-                    : sharded_optimizer            ? "optimizer step (ZeRO shard all-gather copy)"
+                    : sharded_optimizer            ? "optimizer step (ZeRO parameter all-gather)"
                                                    : "optimizer step (fp32 gradient copies)";
   } else {
     sm.peak_allocated = sm.static_bytes + during_microbatch;

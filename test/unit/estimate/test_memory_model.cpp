@@ -31,15 +31,19 @@ TEST_CASE("model state by hand: parameters - gradients - AdamW states - ZeRO 0-3
     INFO("zero " << zero);
     const double n = 4;  // dp
     CHECK(s.parameters == Approx(2.0 * P / (zero >= 3 ? n : 1)));
-    CHECK(s.gradients == Approx(2.0 * P / (zero >= 2 ? n : 1)));
+    // fp32 gradient buffers (parallel.grad_reduce_dtype fp32, the default).
+    CHECK(s.gradients == Approx(4.0 * P / (zero >= 2 ? n : 1)));
     CHECK(s.optimizer_states == Approx(12.0 * P / (zero >= 1 ? n : 1) + 4.0 * tensors));
   }
-  // ZeRO-1's distributed optimizer keeps an fp32 master shard even when training in fp32, and
-  // takes the gradient norm of its shard in fp64 (16 bytes per element at once).
+  // bf16 gradient buffers on request.
+  const auto bf16_reduce = load("tiny-llama.json", {"training.dtype=bf16", "parallel.grad_reduce_dtype=bf16"}, 4);
+  CHECK(estimate_job(bf16_reduce.recipe, *bf16_reduce.mesh, &h100()).stages.at(0).gradients == Approx(2.0 * P));
+  // ZeRO-1's distributed optimizer keeps an fp32 master shard even when training in fp32; its step
+  // clones the updated shard for the all-gather, which Gloo receives into a flat buffer of all buckets.
   const auto fp32_zero1 = load("tiny-llama.json", {"parallel.zero=1"}, 4);
   const auto z1 = estimate_job(fp32_zero1.recipe, *fp32_zero1.mesh, nullptr).stages.at(0);
   CHECK(z1.optimizer_states == Approx(12.0 * P / 4 + 4.0 * tensors));
-  CHECK(z1.optimizer_step_transient == Approx(16.0 * P / 4));
+  CHECK(z1.optimizer_step_transient == Approx(4.0 * P / 4 + 4.0 * P));
   CHECK(z1.reduction_transient == Approx(4.0 * P));  // Gloo's reduce-scatter clones every bucket
   // Without data parallelism ZeRO-1 is plain AdamW.
   const auto alone = load("tiny-llama.json", {"parallel.zero=1"}, 1);
@@ -50,10 +54,13 @@ TEST_CASE("model state by hand: parameters - gradients - AdamW states - ZeRO 0-3
   const auto e = estimate_job(fp32.recipe, *fp32.mesh, nullptr);
   CHECK(e.stages.at(0).optimizer_states == Approx(8.0 * P + 4.0 * tensors));
   CHECK(e.stages.at(0).optimizer_step_transient == 0);
-  // bf16: AdamW copies the weight-decay group's gradients to fp32 in the step.
+  // bf16 with fp32 gradient buffers: no copy in the step; with bf16 buffers AdamW copies the
+  // weight-decay group's gradients to fp32.
   const auto bf16 = load("tiny-llama.json", {"training.dtype=bf16"}, 1);
+  CHECK(estimate_job(bf16.recipe, *bf16.mesh, nullptr).stages.at(0).optimizer_step_transient == 0);
+  const auto bf16_grads = load("tiny-llama.json", {"training.dtype=bf16", "parallel.grad_reduce_dtype=bf16"}, 1);
   const int64_t norms = 2 * 128 * 4 + 128;
-  CHECK(estimate_job(bf16.recipe, *bf16.mesh, nullptr).stages.at(0).optimizer_step_transient ==
+  CHECK(estimate_job(bf16_grads.recipe, *bf16_grads.mesh, nullptr).stages.at(0).optimizer_step_transient ==
         Approx(4.0 * (P - norms)));
 }
 
