@@ -12,8 +12,7 @@
 #include <numeric>
 
 #include "mesh/process_groups.h"
-#include "runtime/launch_env.h"
-#include "runtime/rendezvous.h"
+#include "worker_groups.h"
 
 using namespace trainer;
 
@@ -150,14 +149,9 @@ int main(int argc, char** argv) {
     s.etp = std::atoll(argv[5]), s.ep = std::atoll(argv[6]);
     s.world_size = s.tp * s.cp * s.dp * s.pp;
     s.edp = s.world_size / (s.etp * s.ep * s.pp);
-    const auto env = runtime::detect_launch_environment();
-    const auto store = runtime::connect_rendezvous(env, std::chrono::seconds(60));
-    auto context = std::make_shared<comm::CommContext>();
-    context->global_rank = env.rank;
-    context->timeout = std::chrono::seconds(60);
-    mesh::Backend backend;
-    backend.interface_address = "127.0.0.1";
-    mesh::ProcessGroups groups(mesh::RankLayout(s), env.rank, store, context, backend);
+    const auto owned = test::worker_groups(s);
+    mesh::ProcessGroups& groups = *owned;
+    const int64_t rank = groups.global_rank();
     // Kinds with the same ranks share one communicator; different ranks never do.
     for (auto a : mesh::all_group_kinds())
       for (auto b : mesh::all_group_kinds()) {
@@ -174,12 +168,12 @@ int main(int argc, char** argv) {
     for (auto kind : mesh::all_group_kinds()) {
       auto& g = groups.get(kind);
       if (g.size() > 1) {
-        check_group(g, env.rank);
+        check_group(g, rank);
         ++checked;
       }
     }
-    check_group(groups.world(), env.rank);
-    std::printf("rank %lld: %d groups checked\n", (long long)env.rank, checked + 1);
+    check_group(groups.world(), rank);
+    std::printf("rank %lld: %d groups checked\n", (long long)rank, checked + 1);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collectives_worker: %s\n", e.what());

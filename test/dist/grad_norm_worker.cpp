@@ -21,8 +21,7 @@
 #include "mesh/process_groups.h"
 #include "parallel/data/grad_buckets.h"
 #include "parallel/data/replicas.h"
-#include "runtime/launch_env.h"
-#include "runtime/rendezvous.h"
+#include "worker_groups.h"
 
 using namespace trainer;
 
@@ -61,15 +60,10 @@ int main(int argc, char** argv) {
     const bool sharded = std::atoi(argv[1]) != 0;
     recipe::MeshShape s;
     s.world_size = 4, s.tp = 2, s.dp = 2, s.ep = 2, s.edp = 2;
-    const auto env = runtime::detect_launch_environment();
-    const auto store = runtime::connect_rendezvous(env, std::chrono::seconds(60));
-    auto context = std::make_shared<comm::CommContext>();
-    context->global_rank = env.rank;
-    context->timeout = std::chrono::seconds(60);
-    mesh::Backend backend;
-    backend.interface_address = "127.0.0.1";
-    const mesh::RankLayout layout(s);
-    mesh::ProcessGroups groups(layout, env.rank, store, context, backend);
+    const auto owned = test::worker_groups(s);
+    mesh::ProcessGroups& groups = *owned;
+    const mesh::RankLayout& layout = groups.layout();
+    const int64_t rank = groups.global_rank();
 
     model::ParameterSet params(model::ParameterOptions{1, 0.02, at::kFloat});
     std::vector<at::Tensor> slices;  // this rank's slice of each global gradient
@@ -81,7 +75,7 @@ int main(int argc, char** argv) {
       std::vector<model::ShardSpec> shards;
       at::Tensor slice = global;
       if (spec.dim >= 0) {
-        const int64_t piece = layout.index_in(spec.split_group, env.rank);
+        const int64_t piece = layout.index_in(spec.split_group, rank);
         const int64_t offset = spec.cuts[size_t(piece)], length = spec.cuts[size_t(piece) + 1] - offset;
         shards.push_back({spec.dim, offset, length, spec.split_group});
         slice = global.narrow(spec.dim, offset, length).contiguous();
@@ -107,7 +101,7 @@ int main(int argc, char** argv) {
 
     const double expected = std::sqrt(expected_sq);
     const double norm = buckets.grad_norm().item<double>();
-    std::printf("rank %lld: norm %.9g expected %.9g\n", (long long)env.rank, norm, expected);
+    std::printf("rank %lld: norm %.9g expected %.9g\n", (long long)rank, norm, expected);
     expect(std::fabs(norm - expected) <= 1e-6 * expected, fmt::format("gradient norm {} but expected {}", norm, expected));
 
     // Clip to half the norm: every reduced element is scaled by the same coefficient.
@@ -132,7 +126,7 @@ int main(int argc, char** argv) {
     std::vector<checkpoint::TensorRecord> records;
     for (const auto& p : params.all()) {
       auto record = checkpoint::TensorRecord::slice(p.name, p.tensor.detach(), p.global_shape, p.offsets());
-      const auto holders = parallel::parameter_replicas(layout, env.rank, p);
+      const auto holders = parallel::parameter_replicas(layout, rank, p);
       if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
       records.push_back(std::move(record));
     }
