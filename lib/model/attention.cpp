@@ -8,7 +8,8 @@ namespace trainer::model {
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config,
                      TensorParallel tp)
-    : local_heads_(config.num_attention_heads / tp.size),
+    : tp_(tp),
+      local_heads_(config.num_attention_heads / tp.size),
       local_kv_heads_(config.num_key_value_heads / tp.size),
       head_dim_(config.head_dim) {
   const int64_t h = config.hidden_size, d = config.head_dim;
@@ -27,9 +28,10 @@ at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               bool recompute_core) const {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj_.forward(x).view({b, t, local_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor k = k_proj_.forward(x).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor v = v_proj_.forward(x).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
+  const at::Tensor in = tp_input(x, tp_);  // one f for the three column-parallel projections
+  at::Tensor q = q_proj_.forward(in).view({b, t, local_heads_, head_dim_}).transpose(1, 2);
+  at::Tensor k = k_proj_.forward(in).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
+  at::Tensor v = v_proj_.forward(in).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
   q = Rotary::apply(q, cos, sin);
   k = Rotary::apply(k, cos, sin);
   at::Tensor out;

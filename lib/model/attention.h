@@ -24,6 +24,7 @@ class Attention {
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  TensorParallel tp_;
   int64_t local_heads_ = 0, local_kv_heads_ = 0, head_dim_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/linear_function.h"
+#include "parallel/tensor/communication.h"
 
 namespace trainer::model {
 
@@ -16,15 +17,21 @@ std::vector<ShardSpec> tp_shards(int64_t dim, int64_t extent, TensorParallel tp)
   return {ShardSpec::even(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};
 }
 
-// The f/g operators of tensor parallelism are not written yet: refuse instead of a wrong result.
-void refuse_tensor_parallel(const TensorParallel& tp, const std::string& name) {
-  if (tp.size > 1)
-    throw std::logic_error(fmt::format("{}: tensor-parallel layers (tp size {}) cannot run yet: their communication "
-                                       "is not implemented, and without it the result would be wrong",
+// Without the group the f/g operators cannot run: refuse instead of a wrong result.
+void require_group(const TensorParallel& tp, const std::string& name) {
+  if (tp.size > 1 && !tp.group)
+    throw std::logic_error(fmt::format("{}: a tensor-parallel layer (tp size {}) cannot run without its tp group: "
+                                       "without the communication the result would be wrong",
                                        name, tp.size));
 }
 
 }  // namespace
+
+at::Tensor tp_input(const at::Tensor& x, const TensorParallel& tp) {
+  if (tp.size == 1) return x;
+  require_group(tp, "tp_input");
+  return parallel::copy_to_tp(x, *tp.group);
+}
 
 Linear::Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features,
                LinearKind kind, TensorParallel tp)
@@ -43,8 +50,9 @@ Linear::Linear(ParameterSet& params, Parameter& shared, TensorParallel tp)
 at::Tensor Linear::forward(const at::Tensor& x) const {
   // Column: the input's gradient is summed over tp ranks in backward (f); row: the output is
   // summed over tp ranks in forward (g). Both are the identity for tp size 1.
-  if (kind_ != LinearKind::Replicated) refuse_tensor_parallel(tp_, param_->name);
-  return linear(x, *param_, queue_);
+  if (kind_ != LinearKind::Replicated) require_group(tp_, param_->name);
+  const at::Tensor y = linear(x, *param_, queue_);
+  return kind_ == LinearKind::Row && tp_.size > 1 ? parallel::reduce_from_tp(y, *tp_.group) : y;
 }
 
 Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp)
@@ -55,8 +63,15 @@ Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t voca
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   // Vocabulary-parallel lookup (mask tokens outside this rank's rows, then sum over tp) is the
   // plain lookup for tp size 1.
-  refuse_tensor_parallel(tp_, param_->name);
-  return embedding(tokens, *param_, queue_);
+  if (tp_.size == 1) return embedding(tokens, *param_, queue_);
+  require_group(tp_, param_->name);
+  // This rank's rows [begin, begin + rows): other ids look up row 0 and are zeroed, then the
+  // ranks' partial results are summed.
+  const ShardSpec& rows = param_->shards.at(0);
+  const at::Tensor local = tokens - rows.offset;
+  const at::Tensor outside = (local < 0) | (local >= rows.length);
+  const at::Tensor looked_up = embedding(local.masked_fill(outside, 0), *param_, queue_);
+  return parallel::reduce_from_tp(looked_up.masked_fill(outside.unsqueeze(-1), 0), *tp_.group);
 }
 
 RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps) : eps_(eps) {
@@ -71,7 +86,8 @@ at::Tensor RmsNorm::forward(const at::Tensor& x) const {
 }
 
 SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate,
-                     TensorParallel tp, bool mixtral_names) {
+                     TensorParallel tp, bool mixtral_names)
+    : tp_(tp) {
   gate_ = Linear(params, prefix + (mixtral_names ? "w1.weight" : "gate_proj.weight"), hidden, intermediate,
                  LinearKind::Column, tp);
   up_ = Linear(params, prefix + (mixtral_names ? "w3.weight" : "up_proj.weight"), hidden, intermediate,
@@ -81,7 +97,8 @@ SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hi
 }
 
 at::Tensor SwigluMlp::forward(const at::Tensor& x) const {
-  return down_.forward(at::silu(gate_.forward(x)) * up_.forward(x));
+  const at::Tensor in = tp_input(x, tp_);
+  return down_.forward(at::silu(gate_.forward(in)) * up_.forward(in));
 }
 
 }  // namespace trainer::model

@@ -1,24 +1,32 @@
 #pragma once
 // The building blocks of the decoder, each owning its parameters in a ParameterSet by global name.
 // Linear and Embedding run on the custom autograd functions of model/linear_function.h (deferred
-// weight gradients, gathered weights, fp32 gradient accumulation). Linear knows whether it is
-// replicated, column- or row-parallel (its ShardSpec slices the global weight); the communication
-// of tensor parallelism (the f/g operators) is not written yet, so a layer with a tensor-parallel
-// size above one refuses to run rather than compute a wrong result.
+// weight gradients, gathered weights, fp32 gradient accumulation). Tensor parallelism (Megatron):
+// a column-parallel linear holds a slice of the output features and expects its input to have
+// passed through tp_input() (the f operator: identity forward, all-reduce backward; blocks apply it
+// once for all their column-parallel linears); a row-parallel linear holds a slice of the input
+// features and sums its output over the tp group (g). The embedding is split by vocabulary. A
+// layer with a tensor-parallel size above one but no group refuses to run.
 #include <ATen/core/Tensor.h>
 
 #include <string>
 
+#include "comm/communicator.h"
 #include "model/parameter.h"
 #include "model/weight_grad_queue.h"
 
 namespace trainer::model {
 
-// The tensor-parallel position of this rank: size 1 on a single process.
+// The tensor-parallel position of this rank: size 1 on a single process. `group` carries the
+// collectives (required when size > 1).
 struct TensorParallel {
   int64_t rank = 0;
   int64_t size = 1;
+  comm::Communicator* group = nullptr;
 };
+
+// The f operator in front of column-parallel linears: x itself for tp size 1.
+at::Tensor tp_input(const at::Tensor& x, const TensorParallel& tp);
 
 enum class LinearKind {
   Replicated,  // full weight on every rank
@@ -81,6 +89,7 @@ class SwigluMlp {
 
  private:
   Linear gate_, up_, down_;
+  TensorParallel tp_;
 };
 
 }  // namespace trainer::model

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/recompute.h"
+#include "parallel/tensor/vocab_parallel_loss.h"
 
 namespace trainer::model {
 
@@ -83,18 +84,26 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
 }
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
-  const at::Tensor h = hidden_states(inputs, nullptr);
-  return lm_head_.forward(h);
+  if (options_.tp.size > 1)
+    throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
+  return lm_head_.forward(hidden_states(inputs, nullptr));
 }
 
 ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& targets) const {
   ForwardOutput out;
   const at::Tensor h = hidden_states(inputs, &out.aux_loss);
-  const at::Tensor logits = lm_head_.forward(h);
-  // Vocabulary-parallel cross-entropy (max, sum-exp and target logit reduced over tp) replaces
-  // this for tp > 1; here the full vocabulary is local.
-  out.loss_sum = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat), targets.reshape({-1}),
-                                        /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
+  // The LM head is column-parallel over the vocabulary: each tp rank computes its columns.
+  const at::Tensor logits = lm_head_.forward(tp_input(h, options_.tp));
+  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
+  if (options_.tp.size == 1) {
+    out.loss_sum = at::cross_entropy_loss(flat, targets.reshape({-1}), /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
+  } else {
+    // Vocabulary-parallel cross-entropy: max, sum-exp and target logit reduced over tp.
+    const ShardSpec& rows = embed_.parameter().shards.at(0);
+    out.loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, targets.reshape({-1}), rows.offset,
+                                                              options_.config.vocab_size, kIgnoreIndex,
+                                                              *options_.tp.group);
+  }
   out.tokens = targets.numel();
   return out;
 }

@@ -11,8 +11,11 @@ namespace {
 template <typename F>
 void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
-  for (auto [name, value] : {std::pair{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}})
+  for (auto [name, value] : {std::pair{"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep}})
     if (value != 1) unsupported(name, value);
+  if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
+  if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
+  if (p.sequence_parallel) unsupported("sequence_parallel", 1);
   if (p.zero > 1) unsupported("zero", p.zero);
 }
 }  // namespace
@@ -26,11 +29,18 @@ bool runtime_supports(const Recipe& r) {
 std::vector<std::string> runtime_support_problems(const Recipe& r) {
   std::vector<std::string> problems;
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
-    problems.push_back(name == "zero"
-                           ? fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value)
-                           : fmt::format("parallel.{}={}: this build trains with data parallelism only (tp, pp, cp, "
-                                         "ep and etp must be 1); `trainer validate` and the estimator accept it",
-                                         name, value));
+    if (name == "zero")
+      problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
+    else if (name == "sequence_parallel")
+      problems.push_back("parallel.sequence_parallel=true: this build does not shard activations along the sequence "
+                         "yet; set it to false (`trainer validate` and the estimator accept it)");
+    else if (name == "tp")
+      problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "
+                                     "parallelism only (tp 1); dense models take any tp", value));
+    else
+      problems.push_back(fmt::format("parallel.{}={}: this build trains with tensor and data parallelism (pp, cp "
+                                     "and ep must be 1); `trainer validate` and the estimator accept it",
+                                     name, value));
   });
   return problems;
 }

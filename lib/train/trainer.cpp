@@ -36,8 +36,9 @@ c10::Device training_device(const TrainOptions& options) {
   return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.local_rank));
 }
 
-model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device) {
+model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, const mesh::ProcessGroups& groups) {
   model::ModelOptions options;
+  options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp)};
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -67,7 +68,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   const std::unique_ptr<data::Dataset> dataset = data::open_dataset(r);
   const std::unique_ptr<data::Dataset> held_out = r.evaluation.interval > 0 ? data::open_evaluation_dataset(r) : nullptr;
 
-  model::Transformer model(model_options(r, device));
+  model::Transformer model(model_options(r, device, groups));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);
   StepLog log(loaded, model, device, groups.global_rank() == 0 ? options.log : nullptr);

@@ -117,10 +117,10 @@ TEST_CASE("the custom embedding matches at::embedding - its gradient goes to the
   CHECK(at::equal(w.tensor.grad(), w2.grad()));
 }
 
-TEST_CASE("a tensor-parallel layer refuses to run instead of computing a wrong result", "[model][linear]") {
+TEST_CASE("a tensor-parallel layer without its group refuses to run instead of computing a wrong result", "[model][linear]") {
   model::ParameterSet params(model::ParameterOptions{3, 0.2, at::kFloat});
   model::Linear column(params, "c.weight", 4, 6, model::LinearKind::Column, model::TensorParallel{0, 2});
-  CHECK_THROWS_WITH(column.forward(at::ones({2, 4})), Catch::Contains("cannot run yet"));
+  CHECK_THROWS_WITH(column.forward(at::ones({2, 4})), Catch::Contains("cannot run without its tp group"));
   // A replicated layer is correct at any tp size.
   model::Linear replicated(params, "r.weight", 4, 6, model::LinearKind::Replicated, model::TensorParallel{1, 2});
   CHECK(replicated.forward(at::ones({2, 4})).sizes().vec() == std::vector<int64_t>{2, 6});
