@@ -94,7 +94,8 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
   const at::Tensor h = hidden_states(inputs, &out.aux_loss);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns.
   const at::Tensor logits = lm_head_.forward(tp_input(h, options_.tp));
-  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::kFloat);
+  // At least fp32 (bf16 logits are upcast; an fp64 model for gradient checks keeps fp64).
+  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), at::kFloat));
   if (options_.tp.size == 1) {
     out.loss_sum = at::cross_entropy_loss(flat, targets.reshape({-1}), /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
   } else {

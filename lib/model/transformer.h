@@ -34,7 +34,7 @@ struct ModelOptions {
 };
 
 struct ForwardOutput {
-  at::Tensor loss_sum;        // sum over targets not ignored of the cross-entropy (fp32 scalar)
+  at::Tensor loss_sum;        // sum over targets not ignored of the cross-entropy (fp32 scalar; fp64 for an fp64 model)
   at::Tensor aux_loss;        // sum over MoE layers of their load-balancing losses (fp32 scalar; 0 for dense)
   int64_t tokens = 0;         // targets in the batch (ignored ones included)
 };

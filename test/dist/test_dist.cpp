@@ -197,6 +197,89 @@ TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 and DP=2", "[di
   CHECK(losses[0][1] < losses[0][0]);  // it learns
 }
 
+TEST_CASE("dist: tensor-parallel operators and the tp model equal the whole model in fp64 at tp 2 and 3", "[dist][tp]") {
+  const std::string worker = std::string(TRAINER_BINARY_DIR) + "/tp_model_worker";
+  for (const int tp : {2, 3})
+    for (const char* tied : {"0", "1"}) {
+      const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(tp - 1) + "); do RANK=$r WORLD_SIZE=" +
+                          std::to_string(tp) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                          " " + worker + " " + tied + " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
+      INFO("tp " << tp << " tied " << tied << "\n" << r.out << r.err);
+      CHECK(r.exit_code == 0);
+      CHECK(r.out.find("gradients match") != std::string::npos);
+    }
+}
+
+TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "[dist][tp]") {
+  TempDir dir;
+  struct Case {
+    std::string name;
+    int nproc;
+    std::string model;     // --set options of the model, given to both runs
+    std::string parallel;  // --set options of the parallel run only
+  };
+  const std::string gqa = "";  // tiny-llama: 4 query heads, 2 key/value heads
+  const std::vector<Case> cases = {
+      {"tp2 gqa", 2, gqa, " --set parallel.tp=2"},
+      {"tp2 tied", 2, " --set model.tie_word_embeddings=true", " --set parallel.tp=2"},
+      {"tp4", 4, " --set model.num_key_value_heads=4", " --set parallel.tp=4"},
+      // Not a power of two: 6 heads of 16, 3 key/value heads, a width and a vocabulary 3 divides.
+      {"tp3", 3,
+       " --set model.num_attention_heads=6 --set model.num_key_value_heads=3 --set model.head_dim=16"
+       " --set model.intermediate_size=384 --set model.vocab_size=255",
+       " --set parallel.tp=3"},
+      {"tp2 dp2 zero1", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1"},
+  };
+  for (const auto& c : cases) {
+    const std::string base = trainer_binary() + " run " + kTiny + c.model;
+    const std::string single = dir.path() + "/" + std::to_string(&c - cases.data()) + "-single.jsonl";
+    const std::string parallel = dir.path() + "/" + std::to_string(&c - cases.data()) + "-parallel.jsonl";
+    const auto a = bash(base + common_sets(single));
+    INFO(c.name << "\n" << a.out << a.err);
+    REQUIRE(a.exit_code == 0);
+    const auto b = bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel));
+    INFO(b.out << b.err);
+    REQUIRE(b.exit_code == 0);
+    const auto reference = read_jsonl(single), m = read_jsonl(parallel);
+    REQUIRE(m.size() == reference.size());
+    const double worst = max_relative_difference(reference, m);
+    std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("dist: a checkpoint saved at tp=2 resumes at tp=1 and one saved at tp=1 resumes at tp=2", "[dist][tp]") {
+  TempDir dir;
+  const std::string base = trainer_binary() + " run " + kTiny;
+  const auto whole = bash(base + common_sets(dir.path() + "/whole.jsonl"));
+  REQUIRE(whole.exit_code == 0);
+  const auto reference = read_jsonl(dir.path() + "/whole.jsonl");
+  for (const auto& [first, second] : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}}) {
+    // 20 steps at the first tp size with a checkpoint at step 10, then steps 11-20 again from it at
+    // the second size: the resumed steps must follow the single-process curve.
+    const std::string tag = std::to_string(first) + "to" + std::to_string(second), ck = dir.path() + "/ck" + tag;
+    auto tp_sets = [](int tp) {
+      return " --nproc-per-node " + std::to_string(tp) + " --set parallel.tp=" + std::to_string(tp);
+    };
+    const auto a = bash(base + tp_sets(first) + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
+                        " --set checkpoint.keep=0" + common_sets(dir.path() + "/" + tag + "-a.jsonl"));
+    INFO(a.out << a.err);
+    REQUIRE(a.exit_code == 0);
+    const std::string resumed = dir.path() + "/" + tag + "-b.jsonl";
+    const auto b = bash(base + tp_sets(second) + " --set checkpoint.resume=" + ck + "/step-00000010" +
+                        common_sets(resumed));
+    INFO(b.out << b.err);
+    REQUIRE(b.exit_code == 0);
+    CHECK(b.out.find("resumed from") != std::string::npos);
+    const auto m = read_jsonl(resumed);
+    REQUIRE(m.size() == 10);
+    const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
+    const double worst = max_relative_difference(want, m);
+    std::printf("tp %d -> tp %d: largest relative loss difference after resuming %.3g\n", first, second, worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("dist: a killed worker brings the job down quickly with nothing left behind", "[dist]") {
   TempDir dir;
   const std::string marker = dir.path() + "/kill-marker.jsonl";

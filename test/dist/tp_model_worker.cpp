@@ -1,0 +1,134 @@
+// One rank of the tensor-parallel layer test: `tp_model_worker TIED` with RANK, WORLD_SIZE (the tp
+// size), MASTER_ADDR and MASTER_PORT in the environment. Every rank builds the tensor-parallel
+// model (its slices) and the whole single-process model (initialisation is global), in fp64, runs
+// forward and backward of the same batch through both, and checks: the communication operators
+// against their definitions, the loss, and every parameter gradient against the matching slice of
+// the whole model's. Exit 0 when everything matches.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "model/transformer.h"
+#include "parallel/tensor/communication.h"
+#include "worker_groups.h"
+
+using namespace trainer;
+
+namespace {
+
+void expect_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  if (!actual.sizes().equals(expected.sizes()) || !at::allclose(actual, expected, 1e-9, 1e-12))
+    throw std::runtime_error(fmt::format("{}: max difference {}", what,
+                                         actual.sizes().equals(expected.sizes())
+                                             ? (actual - expected).abs().max().item<double>()
+                                             : -1.0));
+}
+
+// The operators against their definitions: values and gradients.
+void check_operators(comm::Communicator& tp) {
+  const int64_t n = tp.size(), r = tp.rank();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  // Rank q holds q + 1 times a base tensor [2n, 3].
+  const at::Tensor base = at::arange(6 * n, f64).view({2 * n, 3});
+  auto mine = [&](int64_t q) { return base * double(q + 1); };
+  const double total = double(n * (n + 1) / 2);
+
+  at::Tensor x = mine(r).clone().requires_grad_(true);
+  at::Tensor y = parallel::copy_to_tp(x, tp);
+  (y * mine(r)).sum().backward();  // upstream gradient differs per rank; f sums it
+  expect_close(y, mine(r), "copy_to_tp forward");
+  expect_close(x.grad(), base * total, "copy_to_tp backward");
+
+  x = mine(r).clone().requires_grad_(true);
+  y = parallel::reduce_from_tp(x, tp);
+  expect_close(y, base * total, "reduce_from_tp forward");
+  y.sum().backward();
+  expect_close(x.grad(), at::ones_like(base), "reduce_from_tp backward");
+
+  const at::Tensor part = base.narrow(0, 2 * r, 2);
+  x = (part * double(r + 1)).clone().requires_grad_(true);
+  y = parallel::gather_from_sp(x, tp);  // [2n, 3]: rank q's chunk q, scaled by q + 1
+  at::Tensor want = base.clone();
+  for (int64_t q = 0; q < n; ++q) want.narrow(0, 2 * q, 2).mul_(double(q + 1));
+  expect_close(y, want, "gather_from_sp forward");
+  (y * mine(r)).sum().backward();  // backward reduce-scatters: chunk r of the sum over ranks
+  expect_close(x.grad(), part * total, "gather_from_sp backward");
+
+  x = mine(r).clone().requires_grad_(true);
+  y = parallel::reduce_scatter_to_sp(x, tp);
+  expect_close(y, part * total, "reduce_scatter_to_sp forward");
+  (y * double(r + 1)).sum().backward();  // backward all-gathers every rank's upstream gradient
+  want = at::ones_like(base);
+  for (int64_t q = 0; q < n; ++q) want.narrow(0, 2 * q, 2).mul_(double(q + 1));
+  expect_close(x.grad(), want, "reduce_scatter_to_sp backward");
+
+  x = base.clone().requires_grad_(true);
+  y = parallel::scatter_to_sp(x, tp);
+  expect_close(y, part, "scatter_to_sp forward");
+  (y * double(r + 1)).sum().backward();
+  expect_close(x.grad(), want, "scatter_to_sp backward");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc != 2) throw std::runtime_error("usage: tp_model_worker TIED");
+    const bool tied = std::atoi(argv[1]) != 0;
+    const int64_t world = std::atoll(std::getenv("WORLD_SIZE"));
+    recipe::MeshShape s;
+    s.world_size = s.tp = s.etp = world;
+    const auto owned = test::worker_groups(s);
+    mesh::ProcessGroups& groups = *owned;
+    comm::Communicator& tp = groups.get(mesh::GroupKind::Tp);
+    check_operators(tp);
+
+    // Heads, key/value heads, the MLP and the vocabulary all split by the tp size (2 or 3 here).
+    recipe::ModelConfig c;
+    c.vocab_size = 30 * world;
+    c.hidden_size = 12;
+    c.intermediate_size = 10 * world;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 2 * world;
+    c.num_key_value_heads = world;
+    c.head_dim = 4;
+    c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-6;
+    c.tie_word_embeddings = tied;
+    c.initializer_range = 0.2;
+    model::ModelOptions options;
+    options.config = c;
+    options.seed = 9;
+    options.dtype = at::kDouble;
+    model::Transformer whole(options);
+    options.tp = {tp.rank(), tp.size(), &tp};
+    model::Transformer sharded(options);
+
+    at::Tensor tokens = at::randint(c.vocab_size, {2, 9}, at::make_generator<at::CPUGeneratorImpl>(4),
+                                    at::TensorOptions().dtype(at::kLong));
+    at::Tensor targets = tokens.narrow(1, 1, 8).clone();
+    targets.index_put_({0, 3}, model::kIgnoreIndex);  // an ignored target
+    const at::Tensor inputs = tokens.narrow(1, 0, 8);
+    const auto full = whole.forward(inputs, targets);
+    const auto part = sharded.forward(inputs, targets);
+    expect_close(part.loss_sum.to(at::kDouble), full.loss_sum.to(at::kDouble), "loss");
+    full.loss_sum.backward();
+    part.loss_sum.backward();
+    for (const auto& p : sharded.parameters().all()) {
+      const model::Parameter* q = whole.parameters().find(p.name);
+      if (!q) throw std::runtime_error("no parameter " + p.name + " in the whole model");
+      at::Tensor expected = q->grad();
+      for (const auto& shard : p.shards) expected = expected.narrow(shard.dim, shard.offset, shard.length);
+      expect_close(p.grad(), expected, "gradient of " + p.name);
+    }
+    std::printf("rank %lld: tp %lld tied %d: loss %.12g, %zu gradients match\n", (long long)tp.rank(),
+                (long long)tp.size(), int(tied), part.loss_sum.item<double>(), sharded.parameters().all().size());
+    groups.world().barrier();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tp_model_worker: %s\n", e.what());
+    return 1;
+  }
+}
