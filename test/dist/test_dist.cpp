@@ -217,6 +217,7 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
     int nproc;
     std::string model;     // --set options of the model, given to both runs
     std::string parallel;  // --set options of the parallel run only
+    double tolerance = 1e-5;
   };
   const std::string gqa = "";  // tiny-llama: 4 query heads, 2 key/value heads
   const std::vector<Case> cases = {
@@ -229,6 +230,8 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
        " --set model.intermediate_size=384 --set model.vocab_size=255",
        " --set parallel.tp=3"},
       {"tp2 dp2 zero1", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1"},
+      // bf16 on the CPU: other summation orders round differently (measured 2.1e-4 at most).
+      {"tp2 bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2", 1e-3},
   };
   for (const auto& c : cases) {
     const std::string base = trainer_binary() + " run " + kTiny + c.model;
@@ -244,7 +247,7 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
     REQUIRE(m.size() == reference.size());
     const double worst = max_relative_difference(reference, m);
     std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
-    CHECK(worst < 1e-5);
+    CHECK(worst < c.tolerance);
   }
 }
 
