@@ -195,6 +195,42 @@ TEST_CASE("hf: a bf16 run from init_from keeps those weights - its fp32 master w
   CHECK(losses["bf16"][1] == Approx(losses["fp32"][1]).epsilon(0.005));
 }
 
+TEST_CASE("hf: the export of a tp=2 checkpoint is byte-identical to the single-process export of the same weights", "[hf][tp]") {
+  // Weights W (exported from a short run); then one step from W at tp=1 and at tp=2 with a learning
+  // rate far below any weight's rounding step, so both checkpoints hold exactly W: their exports
+  // must be the same bytes (tp=2 assembles every weight from its two slices; the files also agree
+  // with the export W came from).
+  TempDir dir;
+  const std::string tiny = source_dir() + "/recipes/tiny-llama.json";
+  const std::vector<std::string> model = {"--set", "model.num_hidden_layers=2", "--set", "model.tie_word_embeddings=false"};
+  auto with_model = [&](std::vector<std::string> args) {
+    args.insert(args.begin() + 3, model.begin(), model.end());
+    return args;
+  };
+  REQUIRE(run_process(with_model({trainer_binary(), "run", tiny, "--set", "training.steps=2", "--set",
+                                  "optimizer.warmup_steps=1", "--set", "checkpoint.dir=" + dir.path() + "/ck0"}),
+                      300, {"OMP_NUM_THREADS=1"})
+              .exit_code == 0);
+  REQUIRE(run_process({trainer_binary(), "ckpt", "export", dir.path() + "/ck0", "--hf", dir.path() + "/w"}).exit_code == 0);
+  for (const std::string tp : {"1", "2"}) {
+    const auto r = run_process(
+        with_model({trainer_binary(), "run", tiny, "--nproc-per-node", tp, "--set", "parallel.tp=" + tp, "--set",
+                    "training.steps=1", "--set", "optimizer.warmup_steps=0", "--set", "optimizer.lr=1e-30", "--set",
+                    "optimizer.min_lr=0", "--set", "model.init_from=" + dir.path() + "/w", "--set",
+                    "checkpoint.dir=" + dir.path() + "/ck" + tp}),
+        300, {"OMP_NUM_THREADS=1"});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto e = run_process({trainer_binary(), "ckpt", "export", dir.path() + "/ck" + tp, "--hf", dir.path() + "/hf" + tp});
+    INFO(e.err);
+    REQUIRE(e.exit_code == 0);
+  }
+  const auto cmp = run_process({"/usr/bin/cmp", dir.path() + "/hf1/model.safetensors", dir.path() + "/hf2/model.safetensors"});
+  INFO(cmp.out << cmp.err);
+  CHECK(cmp.exit_code == 0);
+  CHECK(run_process({"/usr/bin/cmp", dir.path() + "/w/model.safetensors", dir.path() + "/hf2/model.safetensors"}).exit_code == 0);
+}
+
 TEST_CASE("hf: init_from without weights is an error naming the directory", "[hf]") {
   TempDir dir;
   const auto r = run_process({trainer_binary(), "run", source_dir() + "/recipes/tiny-llama.json", "--set",
