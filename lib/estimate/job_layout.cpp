@@ -73,7 +73,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert);
     }
     if (s.first) {
-      s.params.dense += V * H / p.tp;
+      s.params.dense += (V + p.tp - 1) / p.tp * H;
       s.params.tensors += 1;
     }
     if (s.last) {
@@ -82,7 +82,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.tensors += 1;
       // The LM head; a tied head lives on the embedding's stage, or as a copy on the last stage.
       if (!m.tie_word_embeddings || mesh.pp > 1) {
-        s.params.dense += V * H / p.tp;
+        s.params.dense += (V + p.tp - 1) / p.tp * H;
         s.params.tensors += 1;
       }
     }
@@ -97,7 +97,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.kv_heads = m.num_key_value_heads / p.tp;
   sh.head_dim = m.head_dim;
   sh.ffn = m.intermediate_size / p.tp;
-  sh.vocab = V / p.tp;
+  sh.vocab = (V + p.tp - 1) / p.tp;  // the largest vocabulary slice (slices differ by one row at most)
   sh.dtype_bytes = t.dtype == "fp32" ? 4 : 2;
   sh.tied_head = m.tie_word_embeddings && mesh.pp == 1;
   sh.recompute = parse_recompute(t.recompute);

@@ -26,7 +26,7 @@ struct RankShape {
   int64_t hidden = 0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;  // on this rank (heads / tp)
   int64_t ffn = 0;          // dense SwiGLU width on this rank (intermediate_size / tp)
-  int64_t vocab = 0;        // on this rank (vocab_size / tp)
+  int64_t vocab = 0;        // on this rank (vocab_size / tp, rounded up: the largest slice)
   int64_t dtype_bytes = 2;  // 2: bf16, 4: fp32
   bool tied_head = false;   // the LM head is the embedding weight, on this same rank
   Recompute recompute = Recompute::None;

@@ -72,7 +72,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
   std::vector<int64_t> tps;
   for (int64_t t : powers_of_two(std::min(gpn, N)))
     if (m.num_attention_heads % t == 0 && m.num_key_value_heads % t == 0 && m.intermediate_size % t == 0 &&
-        (t == 1 || m.vocab_size % t == 0))
+        m.vocab_size >= t)
       tps.push_back(t);
   std::vector<int64_t> cps;
   for (int64_t c : powers_of_two(std::min<int64_t>(32, N)))

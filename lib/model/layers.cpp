@@ -14,7 +14,8 @@ namespace {
 
 std::vector<ShardSpec> tp_shards(int64_t dim, int64_t extent, TensorParallel tp) {
   if (tp.size == 1) return {};
-  return {ShardSpec::even(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};
+  // Balanced: heads and MLP widths divide (validation), a vocabulary need not.
+  return {ShardSpec::balanced(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};
 }
 
 // Without the group the f/g operators cannot run: refuse instead of a wrong result.

@@ -28,6 +28,13 @@ ShardSpec ShardSpec::even(int64_t dim, int64_t extent, int64_t rank, int64_t siz
   return ShardSpec{dim, extent / size * rank, extent / size, group};
 }
 
+ShardSpec ShardSpec::balanced(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group) {
+  if (size < 1 || size > extent)
+    throw std::logic_error(fmt::format("an extent of {} does not split into {} non-empty shards", extent, size));
+  const int64_t base = extent / size, longer = extent % size;
+  return ShardSpec{dim, rank * base + std::min(rank, longer), base + (rank < longer ? 1 : 0), group};
+}
+
 std::vector<int64_t> Parameter::offsets() const {
   std::vector<int64_t> result(global_shape.size(), 0);
   for (const auto& s : shards) result[size_t(s.dim)] = s.offset;

@@ -28,6 +28,9 @@ struct ShardSpec {
 
   // Piece `rank` of `size` equal pieces of a global extent that `size` must divide.
   static ShardSpec even(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group);
+  // Piece `rank` of `size` pieces as equal as can be (the first extent % size pieces one longer);
+  // `size` must not exceed the extent. Equal to even() when `size` divides the extent.
+  static ShardSpec balanced(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group);
 };
 
 enum class InitKind { Normal, Ones, Zeros };

@@ -85,9 +85,10 @@ int main(int argc, char** argv) {
     comm::Communicator& tp = groups.get(mesh::GroupKind::Tp);
     check_operators(tp);
 
-    // Heads, key/value heads, the MLP and the vocabulary all split by the tp size (2 or 3 here).
+    // Heads, key/value heads and the MLP split by the tp size (2 or 3 here); the vocabulary does not
+    // (uneven slices).
     recipe::ModelConfig c;
-    c.vocab_size = 30 * world;
+    c.vocab_size = 30 * world + 1;
     c.hidden_size = 12;
     c.intermediate_size = 10 * world;
     c.num_hidden_layers = 2;

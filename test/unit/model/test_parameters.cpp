@@ -194,6 +194,15 @@ TEST_CASE("a shard is the slice of the global tensor", "[model][init]") {
   // of a padded vocabulary) are slices at their offset; a shard outside the shape and a name
   // registered twice are refused.
   CHECK_THROWS(model::ShardSpec::even(0, 5, 0, 2, mesh::GroupKind::Tp));
+  // Balanced pieces of 10 over 4: 3, 3, 2, 2 at 0, 3, 6, 8; equal to even() where it divides.
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto b = model::ShardSpec::balanced(0, 10, r, 4, mesh::GroupKind::Tp);
+    CHECK(b.offset == std::vector<int64_t>{0, 3, 6, 8}[size_t(r)]);
+    CHECK(b.length == std::vector<int64_t>{3, 3, 2, 2}[size_t(r)]);
+    CHECK(model::ShardSpec::balanced(1, 12, r, 4, mesh::GroupKind::Tp).offset ==
+          model::ShardSpec::even(1, 12, r, 4, mesh::GroupKind::Tp).offset);
+  }
+  CHECK_THROWS(model::ShardSpec::balanced(0, 3, 0, 4, mesh::GroupKind::Tp));
   model::ParameterSet set(model::ParameterOptions{11, 0.02});
   const model::Parameter& tail = set.create("odd", {5, 4}, model::InitKind::Normal, {model::ShardSpec{0, 3, 2, mesh::GroupKind::Tp}});
   CHECK(tail.offsets() == std::vector<int64_t>{3, 0});

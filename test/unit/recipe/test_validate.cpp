@@ -55,11 +55,12 @@ TEST_CASE("rule: the MLP width vs tp", "[recipe][rules]") {
                  {"model.intermediate_size=510 is not divisible by parallel.tp=4", "use tp in {1, 2, 3, 5, 6, 10, 15}"});
 }
 
-TEST_CASE("rule: vocabulary vs tp - with the padded size that works", "[recipe][rules]") {
-  expect_problem({"model.vocab_size=1001", "parallel.tp=4"}, std::nullopt,
-                 {"model.vocab_size=1001 is not divisible by parallel.tp=4", "model.vocab_size=1004"});
-  CHECK(problems_of({"model.vocab_size=1004", "parallel.tp=4"}).empty());
-  CHECK(problems_of({"model.vocab_size=1001"}).empty());  // tp 1: no vocabulary split
+TEST_CASE("rule: vocabulary vs tp - any vocabulary of at least one row per rank", "[recipe][rules]") {
+  // A vocabulary tp does not divide is split unevenly (the first V % tp ranks hold one row more).
+  CHECK(problems_of({"model.vocab_size=1001", "parallel.tp=4"}).empty());
+  CHECK(problems_of({"model.vocab_size=1001"}).empty());
+  expect_problem({"model.vocab_size=3", "parallel.tp=4"}, std::nullopt,
+                 {"model.vocab_size=3 is smaller than parallel.tp=4", "use tp <= 3"});
 }
 
 TEST_CASE("rule: layers vs pp * vpp", "[recipe][rules]") {
