@@ -178,7 +178,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.schedule = parse_schedule(recipe.parallel.pipeline_schedule);
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
-  memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : (recipe.training.dtype == "fp64" ? 8.0 : 4.0);
+  memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;
   for (const auto& stage : job.stages) {

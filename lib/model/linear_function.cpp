@@ -5,6 +5,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <functional>
+
 namespace trainer::model {
 
 namespace {
@@ -36,6 +38,14 @@ class WeightUse {
   at::Tensor weight_;
 };
 
+// The weight gradient now, or queued when the layer has a queue that is deferring.
+void weight_gradient(WeightGradQueue* queue, std::function<void()> work) {
+  if (queue)
+    queue->submit(std::move(work));
+  else
+    work();
+}
+
 c10::intrusive_ptr<WeightHandle> handle_of(AutogradContext* ctx) {
   return c10::static_intrusive_pointer_cast<WeightHandle>(ctx->saved_data["weight"].toCapsule());
 }
@@ -63,13 +73,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
       const WeightUse w(p);
       grad_x = go.mm(w.get()).view(x.sizes());
     }
-    if (ctx->needs_input_grad(1)) {
-      auto weight_grad = [go, x, &p] { accumulate_gradient(p, go.t().mm(x.reshape({-1, x.size(-1)}))); };
-      if (handle->queue)
-        handle->queue->submit(std::move(weight_grad));
-      else
-        weight_grad();
-    }
+    if (ctx->needs_input_grad(1))
+      weight_gradient(handle->queue, [go, x, &p] { accumulate_gradient(p, go.t().mm(x.reshape({-1, x.size(-1)}))); });
     return {grad_x, at::Tensor(), at::Tensor()};
   }
 };
@@ -89,16 +94,11 @@ struct EmbeddingFunction : public torch::autograd::Function<EmbeddingFunction> {
     const auto handle = handle_of(ctx);
     Parameter& p = *handle->param;
     const at::Tensor tokens = ctx->get_saved_variables()[0];
-    if (ctx->needs_input_grad(1)) {
-      auto weight_grad = [go = grads[0], tokens, rows = ctx->saved_data["rows"].toInt(), &p] {
+    if (ctx->needs_input_grad(1))
+      weight_gradient(handle->queue, [go = grads[0], tokens, rows = ctx->saved_data["rows"].toInt(), &p] {
         accumulate_gradient(p, at::embedding_backward(go, tokens, rows, /*padding_idx=*/-1,
                                                       /*scale_grad_by_freq=*/false, /*sparse=*/false));
-      };
-      if (handle->queue)
-        handle->queue->submit(std::move(weight_grad));
-      else
-        weight_grad();
-    }
+      });
     return {at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

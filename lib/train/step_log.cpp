@@ -74,7 +74,7 @@ void StepLog::say(const std::string& line) const {
   std::fflush(log_);
 }
 
-void StepLog::print_opening(const data::Dataset& dataset, const std::string& optimizer_description) const {
+void StepLog::print_opening(const data::Dataset& dataset, const std::string& optimizer_description) {
   const recipe::Recipe& r = recipe_;
   say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {} | device: {} {} x {} | global batch "
                   "{} x {} tokens ({} of {} per rank) | {}",
@@ -83,8 +83,8 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
                   r.training.dtype, mesh_.global_batch_size, r.training.seq_len,
                   count_of(mesh_.grad_accum_steps, "micro-batch", "micro-batches"), r.training.micro_batch_size,
                   optimizer_description));
-  if (const auto floor = dataset.entropy_floor()) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor));
-  const_cast<StepLog*>(this)->floor_ = dataset.entropy_floor();
+  floor_ = dataset.entropy_floor();
+  if (floor_) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor_));
 }
 
 void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const parallel::OverlapStats* overlap,
@@ -114,14 +114,13 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
   if (bad_loss > 0 || bad_norm > 0) {
     print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
-    check_finite(step, step_loss, grad_norm, lr, bad_loss, bad_norm);
+    check_finite(step, step_loss, grad_norm, bad_loss, bad_norm);
   }
   if (logged) print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
 }
 
-void StepLog::check_finite(int64_t step, double loss, double grad_norm, double lr, double first_bad_loss,
+void StepLog::check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss,
                            double first_bad_norm) const {
-  (void)lr;
   const bool loss_bad = first_bad_loss > 0 && (first_bad_norm == 0 || first_bad_loss <= first_bad_norm);
   const int64_t first = int64_t(loss_bad ? first_bad_loss : first_bad_norm);
   const double value = loss_bad ? loss : grad_norm;

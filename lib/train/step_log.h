@@ -32,7 +32,7 @@ class StepLog {
   StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& model, c10::Device device, FILE* log);
 
   void say(const std::string& line) const;
-  void print_opening(const data::Dataset& dataset, const std::string& optimizer_description) const;
+  void print_opening(const data::Dataset& dataset, const std::string& optimizer_description);
   // After each optimizer step (`step`: the 1-based number of the step just finished). Reads the
   // figures at logged steps, the last step and when `read_now` (a checkpoint follows).
   void after_step(int64_t step, double lr, const StepFigures& figures, const parallel::OverlapStats* overlap,
@@ -41,8 +41,7 @@ class StepLog {
   double last_loss() const { return last_loss_; }
 
  private:
-  void check_finite(int64_t step, double loss, double grad_norm, double lr, double first_bad_loss,
-                    double first_bad_norm) const;
+  void check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss, double first_bad_norm) const;
   void print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
                   const parallel::OverlapStats* overlap);
 

@@ -93,11 +93,10 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
       p.main_grad = bucket.grads.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
       p.grad_ready = [this, index] { on_gradient_ready(index); };
       torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, std::make_unique<MoveToMainGrad>(this, &p, index));
-      const ReplicaSet holders = options.sharded ? shard_replicas(layout, rank, p, bucket.group)
-                                                 : parameter_replicas(layout, rank, p);
-      counted_[bucket.params[i]] = holders.first();
-      if (int64_t(parameter_replicas(layout, rank, p).ranks.size()) != layout.world_size() || (options.sharded && n > 1))
-        norm_is_local_ = false;
+      const ReplicaSet replicas = parameter_replicas(layout, rank, p);
+      counted_[bucket.params[i]] =
+          options.sharded ? shard_replicas(layout, rank, p, bucket.group).first() : replicas.first();
+      if (int64_t(replicas.ranks.size()) != layout.world_size() || (options.sharded && n > 1)) norm_is_local_ = false;
     }
   }
   if (norm_is_local_) counted_.assign(params.size(), true);
@@ -120,7 +119,7 @@ void GradBuckets::begin_step() {
   std::fill(backwards_.begin(), backwards_.end(), 0);
   for (auto& b : buckets_) {
     b.ready = 0;
-    b.complete = b.launched = false;
+    b.complete = false;
     b.work.reset();
   }
 }
@@ -151,7 +150,6 @@ void GradBuckets::launch_ready_in_order() {
 }
 
 void GradBuckets::launch(Bucket& bucket) {
-  bucket.launched = true;
   const double t = seconds_since(step_start_);
   if (stats_.first_launch_s < 0) stats_.first_launch_s = t;
   if (in_backward_[size_t(bucket.chunk)]) ++stats_.launched_in_backward;

@@ -60,7 +60,6 @@ class GradBuckets {
     at::Tensor values;             // [padded_numel] parameter storage (sharded only)
     int64_t ready = 0;             // contributions this step
     bool complete = false;         // all contributions of the step arrived
-    bool launched = false;
     std::unique_ptr<comm::Work> work;
   };
 

@@ -4,6 +4,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "parallel/tensor/group_handle.h"
+
 namespace trainer::parallel {
 
 namespace {
@@ -12,12 +14,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 enum class Op : int64_t { Identity, AllReduce, AllGather, ReduceScatter, Chunk };
-
-// Carries the communicator to backward.
-struct GroupHandle : torch::CustomClassHolder {
-  explicit GroupHandle(comm::Communicator* g) : group(g) {}
-  comm::Communicator* group;
-};
 
 at::Tensor apply_op(Op op, const at::Tensor& x, comm::Communicator& g) {
   switch (op) {

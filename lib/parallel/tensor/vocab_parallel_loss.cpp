@@ -6,17 +6,14 @@
 
 #include <limits>
 
+#include "parallel/tensor/group_handle.h"
+
 namespace trainer::parallel {
 
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-struct GroupHandle : torch::CustomClassHolder {
-  explicit GroupHandle(comm::Communicator* g) : group(g) {}
-  comm::Communicator* group;
-};
 
 struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
