@@ -27,13 +27,15 @@ at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::T
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               bool recompute_core) const {
-  const int64_t b = x.size(0), t = x.size(1);
-  const at::Tensor in = tp_input(x, tp_);  // one f for the three column-parallel projections
-  at::Tensor q = q_proj_.forward(in).view({b, t, local_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor k = k_proj_.forward(in).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor v = v_proj_.forward(in).view({b, t, local_kv_heads_, head_dim_}).transpose(1, 2);
-  q = Rotary::apply(q, cos, sin);
-  k = Rotary::apply(k, cos, sin);
+  // One tp communication for the three column-parallel projections; with sequence parallelism x
+  // is this rank's chunk of the sequence and the projections see the whole of it.
+  const auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_});
+  const int64_t t = qkv[0].size(0), b = qkv[0].size(1);
+  // [s, b, heads, d]: rotary over the sequence (dimension 0), then [b, heads, s, d] views for SDPA.
+  const at::Tensor cos4 = cos.view({t, 1, 1, head_dim_}), sin4 = sin.view({t, 1, 1, head_dim_});
+  const at::Tensor q = Rotary::apply(qkv[0].view({t, b, local_heads_, head_dim_}), cos4, sin4).permute({1, 2, 0, 3});
+  const at::Tensor k = Rotary::apply(qkv[1].view({t, b, local_kv_heads_, head_dim_}), cos4, sin4).permute({1, 2, 0, 3});
+  const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   at::Tensor out;
   if (recompute_core) {
     out = recompute([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{core(in[0], in[1], in[2])}; },
@@ -41,7 +43,8 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   } else {
     out = core(q, k, v);
   }
-  return o_proj_.forward(out.transpose(1, 2).reshape({b, t, local_heads_ * head_dim_}));
+  // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj.
+  return o_proj_.forward(out.permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_}));
 }
 
 }  // namespace trainer::model

@@ -15,7 +15,8 @@ class Attention {
   Attention() = default;
   Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp);
 
-  // x: [B, T, hidden]; cos/sin: [T, head_dim]. `recompute_core`: keep no attention-core
+  // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
+  // the whole sequence. `recompute_core`: keep no attention-core
   // activations, recompute them in backward (selective recomputation).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core) const;
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/linear_function.h"
+#include "model/parallel_linear.h"
 #include "parallel/tensor/communication.h"
 
 namespace trainer::model {
@@ -28,12 +29,6 @@ void require_group(const TensorParallel& tp, const std::string& name) {
 
 }  // namespace
 
-at::Tensor tp_input(const at::Tensor& x, const TensorParallel& tp) {
-  if (tp.size == 1) return x;
-  require_group(tp, "tp_input");
-  return parallel::copy_to_tp(x, *tp.group);
-}
-
 Linear::Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features,
                LinearKind kind, TensorParallel tp)
     : queue_(&params.weight_grads()), kind_(kind), tp_(tp) {
@@ -49,11 +44,27 @@ Linear::Linear(ParameterSet& params, Parameter& shared, TensorParallel tp)
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  // Column: the input's gradient is summed over tp ranks in backward (f); row: the output is
-  // summed over tp ranks in forward (g). Both are the identity for tp size 1.
-  if (kind_ != LinearKind::Replicated) require_group(tp_, param_->name);
-  const at::Tensor y = linear(x, *param_, queue_);
-  return kind_ == LinearKind::Row && tp_.size > 1 ? parallel::reduce_from_tp(y, *tp_.group) : y;
+  if (kind_ == LinearKind::Column) return forward_together(x, {this})[0];
+  if (kind_ == LinearKind::Replicated || tp_.size == 1) return linear(x, *param_, queue_);
+  require_group(tp_, param_->name);
+  return row_parallel_linear(x, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+}
+
+std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears) {
+  const Linear& first = *linears.front();
+  if (first.tp_.size == 1) {
+    std::vector<at::Tensor> out;
+    for (const Linear* l : linears) out.push_back(linear(x, *l->param_, l->queue_));
+    return out;
+  }
+  std::vector<Parameter*> params;
+  for (const Linear* l : linears) {
+    if (l->kind_ != LinearKind::Column)
+      throw std::logic_error(l->param_->name + ": only column-parallel linears share a tensor-parallel input");
+    params.push_back(l->param_);
+  }
+  require_group(first.tp_, first.param_->name);
+  return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp()});
 }
 
 Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp)
@@ -72,11 +83,15 @@ at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   const at::Tensor local = tokens - rows.offset;
   const at::Tensor outside = (local < 0) | (local >= rows.length);
   const at::Tensor looked_up = embedding(local.masked_fill(outside, 0), *param_, queue_);
-  return parallel::reduce_from_tp(looked_up.masked_fill(outside.unsqueeze(-1), 0), *tp_.group);
+  const at::Tensor partial = looked_up.masked_fill(outside.unsqueeze(-1), 0);
+  return tp_.sp() ? parallel::reduce_scatter_to_sp(partial, *tp_.group) : parallel::reduce_from_tp(partial, *tp_.group);
 }
 
-RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps) : eps_(eps) {
-  weight_ = params.create(name, {hidden}, InitKind::Ones, {}, /*weight_decay=*/false).tensor;
+RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp)
+    : eps_(eps) {
+  Parameter& p = params.create(name, {hidden}, InitKind::Ones, {}, /*weight_decay=*/false);
+  if (tp.sp()) p.grad_group = mesh::GroupKind::TpDpCp;
+  weight_ = p.tensor;
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
@@ -98,8 +113,8 @@ SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hi
 }
 
 at::Tensor SwigluMlp::forward(const at::Tensor& x) const {
-  const at::Tensor in = tp_input(x, tp_);
-  return down_.forward(at::silu(gate_.forward(in)) * up_.forward(in));
+  const auto gate_up = Linear::forward_together(x, {&gate_, &up_});
+  return down_.forward(at::silu(gate_up[0]) * gate_up[1]);
 }
 
 }  // namespace trainer::model

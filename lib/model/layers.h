@@ -1,15 +1,18 @@
 #pragma once
 // The building blocks of the decoder, each owning its parameters in a ParameterSet by global name.
 // Linear and Embedding run on the custom autograd functions of model/linear_function.h (deferred
-// weight gradients, gathered weights, fp32 gradient accumulation). Tensor parallelism (Megatron):
-// a column-parallel linear holds a slice of the output features and expects its input to have
-// passed through tp_input() (the f operator: identity forward, all-reduce backward; blocks apply it
-// once for all their column-parallel linears); a row-parallel linear holds a slice of the input
-// features and sums its output over the tp group (g). The embedding is split by vocabulary. A
-// layer with a tensor-parallel size above one but no group refuses to run.
+// weight gradients, gathered weights, fp32 gradient accumulation). Tensor parallelism (Megatron,
+// model/parallel_linear.h): a column-parallel linear holds a slice of the output features and
+// takes its input replicated (or, with sequence parallelism, as this rank's sequence chunk, which
+// it gathers); linears that read the same input run together (forward_together) so that the input
+// crosses the tp boundary once; a row-parallel linear holds a slice of the input features and sums
+// its output over the tp group (all-reduce, or reduce-scatter along the sequence with sequence
+// parallelism). The embedding is split by vocabulary. Activations are [s, b, h]. A layer with a
+// tensor-parallel size above one but no group refuses to run.
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/parameter.h"
@@ -18,15 +21,16 @@
 namespace trainer::model {
 
 // The tensor-parallel position of this rank: size 1 on a single process. `group` carries the
-// collectives (required when size > 1).
+// collectives (required when size > 1). With `sequence_parallel` (and size > 1) the activations
+// outside the column/row-parallel regions (norms, residuals) hold this rank's 1/size of the
+// sequence.
 struct TensorParallel {
   int64_t rank = 0;
   int64_t size = 1;
   comm::Communicator* group = nullptr;
+  bool sequence_parallel = false;
+  bool sp() const { return sequence_parallel && size > 1; }
 };
-
-// The f operator in front of column-parallel linears: x itself for tp size 1.
-at::Tensor tp_input(const at::Tensor& x, const TensorParallel& tp);
 
 enum class LinearKind {
   Replicated,  // full weight on every rank
@@ -43,6 +47,8 @@ class Linear {
   // A linear over an existing parameter (the LM head tied to the embedding); it counts one more use.
   Linear(ParameterSet& params, Parameter& shared, TensorParallel tp);
   at::Tensor forward(const at::Tensor& x) const;
+  // Column-parallel linears over one input, with one tp communication for all of them.
+  static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears);
   const at::Tensor& weight() const { return param_->tensor; }
 
  private:
@@ -52,7 +58,8 @@ class Linear {
   TensorParallel tp_;
 };
 
-// Token embedding [vocab, hidden]; vocabulary-parallel when tp > 1 (rows split across ranks).
+// Token embedding [vocab, hidden]; vocabulary-parallel when tp > 1 (rows split across ranks), its
+// output summed over tp (reduce-scattered along the sequence with sequence parallelism).
 class Embedding {
  public:
   Embedding() = default;
@@ -67,10 +74,12 @@ class Embedding {
 };
 
 // RMSNorm computed in fp32 and cast back (Hugging Face Llama): w * (x / sqrt(mean(x^2) + eps)).
+// Under sequence parallelism each tp rank normalises its own tokens, so the weight's gradient is
+// a partial sum that is also reduced over tp.
 class RmsNorm {
  public:
   RmsNorm() = default;
-  RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps);
+  RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp = {});
   at::Tensor forward(const at::Tensor& x) const;
 
  private:

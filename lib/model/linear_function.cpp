@@ -5,7 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <functional>
+#include "model/weight_use.h"
 
 namespace trainer::model {
 
@@ -13,42 +13,10 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Carries the parameter (and queue) to backward through the context; IValue capsules hold
-// ref-counted objects.
-struct WeightHandle : torch::CustomClassHolder {
-  WeightHandle(Parameter* p, WeightGradQueue* q) : param(p), queue(q) {}
-  Parameter* param;
-  WeightGradQueue* queue;
-};
-
-// The full weight for one use, released by the destructor (ZeRO-3 gathers; otherwise the tensor).
-class WeightUse {
- public:
-  explicit WeightUse(Parameter& p) : p_(p), weight_(p.gather ? p.gather() : p.tensor.detach()) {}
-  ~WeightUse() {
-    if (p_.gather && p_.release) p_.release();
-  }
-  WeightUse(const WeightUse&) = delete;
-  WeightUse& operator=(const WeightUse&) = delete;
-  const at::Tensor& get() const { return weight_; }
-
- private:
-  Parameter& p_;
-  at::Tensor weight_;
-};
-
-// The weight gradient now, or queued when the layer has a queue that is deferring.
-void weight_gradient(WeightGradQueue* queue, std::function<void()> work) {
-  if (queue)
-    queue->submit(std::move(work));
-  else
-    work();
-}
-
-c10::intrusive_ptr<WeightHandle> handle_of(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<WeightHandle>(ctx->saved_data["weight"].toCapsule());
-}
+using detail::WeightHandle;
+using detail::WeightUse;
+using detail::handle_of;
+using detail::weight_gradient;
 
 struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   // `weight_leaf` is the parameter's tensor: passed so that the output requires grad, never read.
@@ -57,7 +25,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->save_for_backward({x});
-    const WeightUse w(*handle->param);
+    const WeightUse w(*handle->params[0]);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.get().size(0);
     return x.reshape({-1, x.size(-1)}).mm(w.get().t()).view(shape);
@@ -65,7 +33,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto handle = handle_of(ctx);
-    Parameter& p = *handle->param;
+    Parameter& p = *handle->params[0];
     const at::Tensor x = ctx->get_saved_variables()[0];
     const at::Tensor go = grads[0].reshape({-1, grads[0].size(-1)});
     at::Tensor grad_x;
@@ -85,14 +53,14 @@ struct EmbeddingFunction : public torch::autograd::Function<EmbeddingFunction> {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->save_for_backward({tokens});
-    const WeightUse w(*handle->param);
+    const WeightUse w(*handle->params[0]);
     ctx->saved_data["rows"] = w.get().size(0);
     return at::embedding(w.get(), tokens);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto handle = handle_of(ctx);
-    Parameter& p = *handle->param;
+    Parameter& p = *handle->params[0];
     const at::Tensor tokens = ctx->get_saved_variables()[0];
     if (ctx->needs_input_grad(1))
       weight_gradient(handle->queue, [go = grads[0], tokens, rows = ctx->saved_data["rows"].toInt(), &p] {
@@ -106,11 +74,11 @@ struct EmbeddingFunction : public torch::autograd::Function<EmbeddingFunction> {
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue) {
-  return LinearFunction::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(&weight, queue));
+  return LinearFunction::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue));
 }
 
 at::Tensor embedding(const at::Tensor& tokens, Parameter& weight, WeightGradQueue* queue) {
-  return EmbeddingFunction::apply(tokens, weight.tensor, c10::make_intrusive<WeightHandle>(&weight, queue));
+  return EmbeddingFunction::apply(tokens, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue));
 }
 
 }  // namespace trainer::model

@@ -19,10 +19,10 @@ Recompute parse_recompute(const std::string& name) {
 
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
-  input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps);
+  input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   attention_ = Attention(params, prefix + "self_attn.", config, tp);
   post_attention_norm_ =
-      RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size, config.rms_norm_eps);
+      RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   if (config.is_moe_layer(index))
     moe_.emplace(params, prefix + "block_sparse_moe.", config, tp);
   else
@@ -46,7 +46,7 @@ Transformer::Transformer(const ModelOptions& options)
   const auto& c = options.config;
   embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, c.hidden_size, options.tp);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers_.emplace_back(params_, i, c, options.tp);
-  final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps);
+  final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
   if (c.tie_word_embeddings)
     lm_head_ = Linear(params_, embed_.parameter(), options.tp);
   else
@@ -58,7 +58,8 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
   const int64_t t = inputs.size(1);
   const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
   auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
-  at::Tensor x = embed_.forward(inputs);
+  // Activations are [s, b, h] from here on (sequence chunks contiguous for sequence parallelism).
+  at::Tensor x = embed_.forward(inputs.t());
   at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
   const bool selective = options_.recompute == Recompute::Selective;
   for (const auto& layer : layers_) {
@@ -86,22 +87,24 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   if (options_.tp.size > 1)
     throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
-  return lm_head_.forward(hidden_states(inputs, nullptr));
+  return lm_head_.forward(hidden_states(inputs, nullptr)).transpose(0, 1).contiguous();
 }
 
 ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& targets) const {
   ForwardOutput out;
   const at::Tensor h = hidden_states(inputs, &out.aux_loss);
-  // The LM head is column-parallel over the vocabulary: each tp rank computes its columns.
-  const at::Tensor logits = lm_head_.forward(tp_input(h, options_.tp));
+  // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
+  // whole sequence (gathered from the sequence-parallel chunks). Logits are [s, b, V_local].
+  const at::Tensor logits = lm_head_.forward(h);
+  const at::Tensor flat_targets = targets.t().reshape({-1});
   // At least fp32 (bf16 logits are upcast; an fp64 model for gradient checks keeps fp64).
   const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), at::kFloat));
   if (options_.tp.size == 1) {
-    out.loss_sum = at::cross_entropy_loss(flat, targets.reshape({-1}), /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
+    out.loss_sum = at::cross_entropy_loss(flat, flat_targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
   } else {
     // Vocabulary-parallel cross-entropy: max, sum-exp and target logit reduced over tp.
     const ShardSpec& rows = embed_.parameter().shards.at(0);
-    out.loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, targets.reshape({-1}), rows.offset,
+    out.loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, flat_targets, rows.offset,
                                                               options_.config.vocab_size, kIgnoreIndex,
                                                               *options_.tp.group);
   }

@@ -64,7 +64,7 @@ class Transformer {
 
   // inputs, targets: int64 [B, T] token ids on the model's device; targets may be kIgnoreIndex.
   ForwardOutput forward(const at::Tensor& inputs, const at::Tensor& targets) const;
-  // Logits [B, T, vocab] in the model dtype (for evaluation and interchange tests).
+  // Logits [B, T, vocab] (batch-major, as Hugging Face) in the model dtype (for evaluation and interchange tests).
   at::Tensor logits(const at::Tensor& inputs) const;
 
   ParameterSet& parameters() { return params_; }

@@ -15,7 +15,6 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
     if (value != 1) unsupported(name, value);
   if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
-  if (p.sequence_parallel) unsupported("sequence_parallel", 1);
   if (p.zero > 1) unsupported("zero", p.zero);
 }
 }  // namespace
@@ -31,9 +30,6 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
     if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
-    else if (name == "sequence_parallel")
-      problems.push_back("parallel.sequence_parallel=true: this build does not shard activations along the sequence "
-                         "yet; set it to false (`trainer validate` and the estimator accept it)");
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "
                                      "parallelism only (tp 1); dense models take any tp", value));

@@ -38,7 +38,8 @@ c10::Device training_device(const TrainOptions& options) {
 
 model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, const mesh::ProcessGroups& groups) {
   model::ModelOptions options;
-  options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp)};
+  options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
+                r.parallel.sequence_parallel};
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;

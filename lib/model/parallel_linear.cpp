@@ -1,0 +1,169 @@
+#include "model/parallel_linear.h"
+
+#include <ATen/ATen.h>
+
+#include "model/weight_use.h"
+#include "parallel/tensor/group_handle.h"
+
+namespace trainer::model {
+
+namespace {
+
+using detail::handle_of;
+using detail::rows_of;
+using detail::weight_gradient;
+using detail::WeightHandle;
+using detail::WeightUse;
+using parallel::GroupHandle;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+comm::Communicator& group_of(AutogradContext* ctx) {
+  return *c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule())->group;
+}
+
+// An all-gather along dim 0 in flight; `input` is kept alive until wait().
+struct Gather {
+  at::Tensor input, output;
+  std::unique_ptr<comm::Work> work;
+  Gather(const at::Tensor& x, comm::Communicator& g) : input(x.contiguous()) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] *= g.size();
+    output = at::empty(shape, x.options());
+    work = g.all_gather(output, input);
+  }
+  at::Tensor wait() {
+    work->wait();
+    return output;
+  }
+};
+
+// Reduce-scatter along dim 0: this rank's [s / n, ...] of the sum of every rank's [s, ...].
+std::unique_ptr<comm::Work> start_reduce_scatter(at::Tensor& out, const at::Tensor& full, comm::Communicator& g) {
+  std::vector<int64_t> shape = full.sizes().vec();
+  shape[0] /= g.size();
+  out = at::empty(shape, full.options());
+  return g.reduce_scatter(out, full, comm::ReduceOp::Sum);
+}
+
+std::vector<int64_t> with_last(const at::Tensor& x, int64_t last) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = last;
+  return shape;
+}
+
+struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLinear> {
+  // `weight_leaves` are the parameters' tensors: passed so that the outputs require grad, never read.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weight_leaves,
+                               c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<GroupHandle> group,
+                               bool sequence_parallel) {
+    (void)weight_leaves;
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["sp"] = sequence_parallel;
+    ctx->save_for_backward({x});  // with sp the chunk, not the gathered copy
+    const at::Tensor total = sequence_parallel ? Gather(x, *group->group).wait() : x;
+    variable_list outputs;
+    for (Parameter* p : handle->params) {
+      const WeightUse w(*p);
+      outputs.push_back(rows_of(total).mm(w.get().t()).view(with_last(total, w.get().size(0))));
+    }
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto handle = handle_of(ctx);
+    comm::Communicator& tp = group_of(ctx);
+    const bool sp = ctx->saved_data["sp"].toBool();
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const size_t n = handle->params.size();
+    // With sp the input is gathered again while the input-gradient GEMMs run.
+    std::optional<Gather> regather;
+    if (sp) regather.emplace(x, tp);
+    at::Tensor grad_total;
+    std::unique_ptr<comm::Work> reduce;
+    at::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) {
+      for (size_t i = 0; i < n; ++i) {
+        if (!grads[i].defined()) continue;
+        const WeightUse w(*handle->params[i]);
+        const at::Tensor g = rows_of(grads[i]).mm(w.get());
+        grad_total = grad_total.defined() ? grad_total.add_(g) : g;
+      }
+      // The input gradient's collective runs while the weight gradients are computed.
+      if (sp)
+        reduce = start_reduce_scatter(grad_x, grad_total, tp);
+      else
+        reduce = tp.all_reduce(grad_total, comm::ReduceOp::Sum), grad_x = grad_total;
+    }
+    const at::Tensor total = sp ? regather->wait() : x;
+    for (size_t i = 0; i < n; ++i) {
+      if (!grads[i].defined() || !ctx->needs_input_grad(1 + i)) continue;
+      Parameter& p = *handle->params[i];
+      weight_gradient(handle->queue,
+                      [go = rows_of(grads[i]), in = rows_of(total), &p] { accumulate_gradient(p, go.t().mm(in)); });
+    }
+    variable_list result(1 + n + 3);
+    if (reduce) {
+      reduce->wait();
+      result[0] = grad_x.view(x.sizes());
+    }
+    return result;
+  }
+};
+
+struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight_leaf,
+                            c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<GroupHandle> group,
+                            bool sequence_parallel) {
+    (void)weight_leaf;
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["sp"] = sequence_parallel;
+    ctx->save_for_backward({x});
+    comm::Communicator& tp = *group->group;
+    const WeightUse w(*handle->params[0]);
+    at::Tensor partial = rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
+    if (!sequence_parallel) {
+      tp.all_reduce(partial, comm::ReduceOp::Sum)->wait();  // in place: a fresh tensor
+      return partial;
+    }
+    at::Tensor out;
+    start_reduce_scatter(out, partial, tp)->wait();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto handle = handle_of(ctx);
+    comm::Communicator& tp = group_of(ctx);
+    Parameter& p = *handle->params[0];
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const at::Tensor go = ctx->saved_data["sp"].toBool() ? Gather(grads[0], tp).wait() : grads[0];
+    at::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) {
+      const WeightUse w(p);
+      grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+    }
+    if (ctx->needs_input_grad(1))
+      weight_gradient(handle->queue,
+                      [g = rows_of(go), in = rows_of(x), &p] { accumulate_gradient(p, g.t().mm(in)); });
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,
+                                               WeightGradQueue* queue, TpComm tp) {
+  std::vector<at::Tensor> leaves;
+  for (Parameter* p : weights) leaves.push_back(p->tensor);
+  return ColumnParallelLinear::apply(x, at::TensorList(leaves), c10::make_intrusive<WeightHandle>(weights, queue),
+                                     c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel);
+}
+
+at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp) {
+  return RowParallelLinear::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
+                                  c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel);
+}
+
+}  // namespace trainer::model

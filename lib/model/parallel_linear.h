@@ -1,0 +1,41 @@
+#pragma once
+// Megatron's column- and row-parallel linears, each one autograd function that carries its own
+// tensor-parallel communication (DESIGN.md section 6), so that backward can overlap it with
+// computation (Megatron's default on GPU; on Gloo the collective runs on Gloo's threads):
+//   - column-parallel backward starts the input-gradient all-reduce (reduce-scatter with sequence
+//     parallelism) and computes the weight gradients while it runs;
+//   - with sequence parallelism the column-parallel input is saved as this rank's sequence chunk
+//     and all-gathered again in backward (overlapped with the input-gradient GEMMs), never saved
+//     gathered (Korthikanti et al.).
+// The weights are the custom linear's (model/linear_function.h): gathered per use, weight
+// gradients added into the parameter's gradient or queued while the queue defers them (then the
+// collective is simply waited for). Activations are [s, b, h]: the sequence is dimension 0, so
+// every sequence chunk is contiguous and no boundary needs a transpose.
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/parameter.h"
+#include "model/weight_grad_queue.h"
+
+namespace trainer::model {
+
+struct TpComm {
+  comm::Communicator* group = nullptr;  // the tp group (size > 1)
+  bool sequence_parallel = false;
+};
+
+// Column-parallel linears that read one input (q/k/v, gate/up, the LM head alone): returns
+// y_i = x W_i^T for each W_i, this rank's rows [out_i / tp, in] of the global weight. x is
+// replicated over tp ([s, b, in]; its gradient is all-reduced) or, with sequence parallelism, this
+// rank's chunk [s / tp, b, in] of the sequence (all-gathered; its gradient reduce-scattered).
+std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,
+                                               WeightGradQueue* queue, TpComm tp);
+
+// y = x W^T for W this rank's columns [out, in / tp] and x [s, b, in / tp]: the partial products
+// are summed over tp, all-reduced ([s, b, out] on every rank) or, with sequence parallelism,
+// reduce-scattered along the sequence ([s / tp, b, out]; the gradient is all-gathered in backward).
+at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp);
+
+}  // namespace trainer::model

@@ -1,0 +1,56 @@
+#pragma once
+// Internal to lib/model: what the custom linear functions (linear_function.cpp,
+// parallel_linear.cpp) share: carrying parameters to backward, taking a weight for one use, and
+// computing a weight gradient now or queueing it.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <functional>
+#include <vector>
+
+#include "model/parameter.h"
+#include "model/weight_grad_queue.h"
+
+namespace trainer::model::detail {
+
+// Carries the parameters (and queue) to backward through the context; IValue capsules hold
+// ref-counted objects.
+struct WeightHandle : torch::CustomClassHolder {
+  WeightHandle(std::vector<Parameter*> p, WeightGradQueue* q) : params(std::move(p)), queue(q) {}
+  std::vector<Parameter*> params;
+  WeightGradQueue* queue;
+};
+
+inline c10::intrusive_ptr<WeightHandle> handle_of(torch::autograd::AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<WeightHandle>(ctx->saved_data["weight"].toCapsule());
+}
+
+// The full weight for one use, released by the destructor (ZeRO-3 gathers; otherwise the tensor).
+class WeightUse {
+ public:
+  explicit WeightUse(Parameter& p) : p_(p), weight_(p.gather ? p.gather() : p.tensor.detach()) {}
+  ~WeightUse() {
+    if (p_.gather && p_.release) p_.release();
+  }
+  WeightUse(const WeightUse&) = delete;
+  WeightUse& operator=(const WeightUse&) = delete;
+  const at::Tensor& get() const { return weight_; }
+
+ private:
+  Parameter& p_;
+  at::Tensor weight_;
+};
+
+// The weight gradient now, or queued when the layer has a queue that is deferring.
+inline void weight_gradient(WeightGradQueue* queue, std::function<void()> work) {
+  if (queue)
+    queue->submit(std::move(work));
+  else
+    work();
+}
+
+// Rows of x folded to 2-D, as at::linear does.
+inline at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}); }
+
+}  // namespace trainer::model::detail
