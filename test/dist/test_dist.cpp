@@ -197,17 +197,23 @@ TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 and DP=2", "[di
   CHECK(losses[0][1] < losses[0][0]);  // it learns
 }
 
-TEST_CASE("dist: tensor-parallel operators and the tp model equal the whole model in fp64 at tp 2 and 3", "[dist][tp]") {
+TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp equal the whole model in fp64 at tp 2 3 and 4", "[dist][tp]") {
   const std::string worker = std::string(TRAINER_BINARY_DIR) + "/tp_model_worker";
-  for (const int tp : {2, 3})
-    for (const char* tied : {"0", "1"}) {
-      const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(tp - 1) + "); do RANK=$r WORLD_SIZE=" +
-                          std::to_string(tp) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
-                          " " + worker + " " + tied + " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
-      INFO("tp " << tp << " tied " << tied << "\n" << r.out << r.err);
-      CHECK(r.exit_code == 0);
-      CHECK(r.out.find("gradients match") != std::string::npos);
-    }
+  struct Case {
+    int tp;
+    const char* tied;
+    const char* sp;
+  };
+  for (const Case c : {Case{2, "0", "0"}, Case{2, "1", "1"}, Case{3, "1", "0"}, Case{3, "0", "1"}, Case{4, "0", "1"}}) {
+    const int tp = c.tp;
+    const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(tp - 1) + "); do RANK=$r WORLD_SIZE=" +
+                        std::to_string(tp) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                        " " + worker + " " + c.tied + " " + c.sp +
+                        " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
+    INFO("tp " << tp << " tied " << c.tied << " sp " << c.sp << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("gradients match") != std::string::npos);
+  }
 }
 
 TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "[dist][tp]") {
@@ -218,32 +224,47 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
     std::string model;     // --set options of the model, given to both runs
     std::string parallel;  // --set options of the parallel run only
     double tolerance = 1e-5;
+    std::string data = "";  // --set options of both runs that override the common ones
   };
   const std::string gqa = "";  // tiny-llama: 4 query heads, 2 key/value heads
+  const std::string sp = " --set parallel.sequence_parallel=true";
+  const std::string tp3 =
+      " --set model.num_attention_heads=6 --set model.num_key_value_heads=3 --set model.head_dim=16"
+      " --set model.intermediate_size=384 --set model.vocab_size=255";
   const std::vector<Case> cases = {
       {"tp2 gqa", 2, gqa, " --set parallel.tp=2"},
       {"tp2 tied", 2, " --set model.tie_word_embeddings=true", " --set parallel.tp=2"},
       {"tp4", 4, " --set model.num_key_value_heads=4", " --set parallel.tp=4"},
       // Not a power of two: 6 heads of 16, 3 key/value heads, a width and a vocabulary 3 divides.
-      {"tp3", 3,
-       " --set model.num_attention_heads=6 --set model.num_key_value_heads=3 --set model.head_dim=16"
-       " --set model.intermediate_size=384 --set model.vocab_size=255",
-       " --set parallel.tp=3"},
+      {"tp3", 3, tp3, " --set parallel.tp=3"},
       {"tp2 dp2 zero1", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1"},
       // A vocabulary tp does not divide: slices of 64, 64, 64 and 63 rows.
       {"tp4 vocab 255", 4, " --set model.num_key_value_heads=4 --set model.vocab_size=255", " --set parallel.tp=4"},
       // bf16 on the CPU: other summation orders round differently (measured 2.1e-4 at most).
       {"tp2 bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2", 1e-3},
+      // Sequence parallelism: norms and residuals on 1/tp of the sequence each.
+      {"tp2 sp", 2, gqa, " --set parallel.tp=2" + sp},
+      {"tp4 sp tied", 4, " --set model.num_key_value_heads=4 --set model.tie_word_embeddings=true",
+       " --set parallel.tp=4" + sp},
+      {"tp3 sp seq 63", 3, tp3, " --set parallel.tp=3" + sp, 1e-5, " --set training.seq_len=63"},
+      {"tp2 dp2 zero1 sp", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1" + sp},
+      {"tp2 sp bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2" + sp, 1e-3},
   };
+  std::map<std::string, std::string> references;  // one single-process run per model and data
   for (const auto& c : cases) {
     const std::string base = trainer_binary() + " run " + kTiny + c.model;
-    const std::string single = dir.path() + "/" + std::to_string(&c - cases.data()) + "-single.jsonl";
-    const std::string parallel = dir.path() + "/" + std::to_string(&c - cases.data()) + "-parallel.jsonl";
-    const auto a = bash(base + common_sets(single));
-    INFO(c.name << "\n" << a.out << a.err);
-    REQUIRE(a.exit_code == 0);
-    const auto b = bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel));
-    INFO(b.out << b.err);
+    const std::string id = std::to_string(&c - cases.data());
+    std::string& single = references[c.model + c.data];
+    if (single.empty()) {
+      single = dir.path() + "/" + id + "-single.jsonl";
+      const auto a = bash(base + common_sets(single) + c.data);
+      INFO(c.name << "\n" << a.out << a.err);
+      REQUIRE(a.exit_code == 0);
+    }
+    const std::string parallel = dir.path() + "/" + id + "-parallel.jsonl";
+    const auto b =
+        bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel) + c.data);
+    INFO(c.name << "\n" << b.out << b.err);
     REQUIRE(b.exit_code == 0);
     const auto reference = read_jsonl(single), m = read_jsonl(parallel);
     REQUIRE(m.size() == reference.size());

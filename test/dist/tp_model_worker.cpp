@@ -1,9 +1,11 @@
-// One rank of the tensor-parallel layer test: `tp_model_worker TIED` with RANK, WORLD_SIZE (the tp
+// One rank of the tensor-parallel layer test: `tp_model_worker TIED SP` with RANK, WORLD_SIZE (the tp
 // size), MASTER_ADDR and MASTER_PORT in the environment. Every rank builds the tensor-parallel
 // model (its slices) and the whole single-process model (initialisation is global), in fp64, runs
 // forward and backward of the same batch through both, and checks: the communication operators
 // against their definitions, the loss, and every parameter gradient against the matching slice of
-// the whole model's. Exit 0 when everything matches.
+// the whole model's (with sequence parallelism, SP=1, the norm weights' gradients are partial sums
+// over each rank's tokens: summed over tp first, as the gradient buckets do). Exit 0 when
+// everything matches.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -75,8 +77,9 @@ void check_operators(comm::Communicator& tp) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc != 2) throw std::runtime_error("usage: tp_model_worker TIED");
+    if (argc != 3) throw std::runtime_error("usage: tp_model_worker TIED SP");
     const bool tied = std::atoi(argv[1]) != 0;
+    const bool sp = std::atoi(argv[2]) != 0;
     const int64_t world = std::atoll(std::getenv("WORLD_SIZE"));
     recipe::MeshShape s;
     s.world_size = s.tp = s.etp = world;
@@ -104,28 +107,37 @@ int main(int argc, char** argv) {
     options.seed = 9;
     options.dtype = at::kDouble;
     model::Transformer whole(options);
-    options.tp = {tp.rank(), tp.size(), &tp};
+    options.tp = {tp.rank(), tp.size(), &tp, sp};
     model::Transformer sharded(options);
 
-    at::Tensor tokens = at::randint(c.vocab_size, {2, 9}, at::make_generator<at::CPUGeneratorImpl>(4),
+    // 12 positions: sequence parallelism splits them 2, 3 or 4 ways.
+    at::Tensor tokens = at::randint(c.vocab_size, {2, 13}, at::make_generator<at::CPUGeneratorImpl>(4),
                                     at::TensorOptions().dtype(at::kLong));
-    at::Tensor targets = tokens.narrow(1, 1, 8).clone();
+    at::Tensor targets = tokens.narrow(1, 1, 12).clone();
     targets.index_put_({0, 3}, model::kIgnoreIndex);  // an ignored target
-    const at::Tensor inputs = tokens.narrow(1, 0, 8);
+    const at::Tensor inputs = tokens.narrow(1, 0, 12);
     const auto full = whole.forward(inputs, targets);
     const auto part = sharded.forward(inputs, targets);
     expect_close(part.loss_sum.to(at::kDouble), full.loss_sum.to(at::kDouble), "loss");
     full.loss_sum.backward();
     part.loss_sum.backward();
+    int64_t over_tp = 0;
     for (const auto& p : sharded.parameters().all()) {
       const model::Parameter* q = whole.parameters().find(p.name);
       if (!q) throw std::runtime_error("no parameter " + p.name + " in the whole model");
+      if ((p.grad_group == mesh::GroupKind::TpDpCp) != (sp && p.shards.empty()))
+        throw std::runtime_error(p.name + ": reduced over tp exactly when sequence parallelism leaves it replicated");
+      if (p.grad_group == mesh::GroupKind::TpDpCp) {
+        tp.all_reduce(p.tensor.mutable_grad(), comm::ReduceOp::Sum)->wait();
+        ++over_tp;
+      }
       at::Tensor expected = q->grad();
       for (const auto& shard : p.shards) expected = expected.narrow(shard.dim, shard.offset, shard.length);
       expect_close(p.grad(), expected, "gradient of " + p.name);
     }
-    std::printf("rank %lld: tp %lld tied %d: loss %.12g, %zu gradients match\n", (long long)tp.rank(),
-                (long long)tp.size(), int(tied), part.loss_sum.item<double>(), sharded.parameters().all().size());
+    std::printf("rank %lld: tp %lld tied %d sp %d: loss %.12g, %zu gradients match (%lld summed over tp)\n",
+                (long long)tp.rank(), (long long)tp.size(), int(tied), int(sp), part.loss_sum.item<double>(),
+                sharded.parameters().all().size(), (long long)over_tp);
     groups.world().barrier();
     return 0;
   } catch (const std::exception& e) {
