@@ -52,7 +52,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   if (chunks <= 0 || m.num_hidden_layers % chunks != 0)
     throw std::invalid_argument("layout_job: num_hidden_layers must divide into pp * vpp chunks");
   const int64_t per_chunk = m.num_hidden_layers / chunks;
-  const int64_t H = m.hidden_size, V = m.vocab_size;
+  // Embedding and LM head rows per rank: the vocabulary padded to a multiple of the divisor x tp.
+  const int64_t H = m.hidden_size, V_rank = m.padded_vocab_size(p.tp) / p.tp;
   for (int64_t stage = 0; stage < mesh.pp; ++stage) {
     StageLayout s;
     s.stage = stage;
@@ -73,7 +74,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert);
     }
     if (s.first) {
-      s.params.dense += (V + p.tp - 1) / p.tp * H;
+      s.params.dense += V_rank * H;
       s.params.tensors += 1;
     }
     if (s.last) {
@@ -82,7 +83,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.tensors += 1;
       // The LM head; a tied head lives on the embedding's stage, or as a copy on the last stage.
       if (!m.tie_word_embeddings || mesh.pp > 1) {
-        s.params.dense += (V + p.tp - 1) / p.tp * H;
+        s.params.dense += V_rank * H;
         s.params.tensors += 1;
       }
     }
@@ -97,7 +98,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.kv_heads = m.num_key_value_heads / p.tp;
   sh.head_dim = m.head_dim;
   sh.ffn = m.intermediate_size / p.tp;
-  sh.vocab = (V + p.tp - 1) / p.tp;  // the largest vocabulary slice (slices differ by one row at most)
+  sh.vocab = V_rank;
   sh.dtype_bytes = t.dtype == "fp32" ? 4 : 2;
   sh.tied_head = m.tie_word_embeddings && mesh.pp == 1;
   sh.recompute = parse_recompute(t.recompute);

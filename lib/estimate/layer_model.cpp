@@ -43,7 +43,7 @@ class Replay : public MoeReplay {
     const Id in = gather_input(n2);
     const Id down = reduce_output(mlp_forward(in, n2, T(), s_.ffn, l.mlp));
     if (in != n2) drop(in);
-    drop(n2);  // the local reference; gate and up keep it
+    drop(n2);  // the local reference; gate and up keep theirs
     const Id out = ew(Tn() * H() * e_, 2);  // h + mlp
     drop(down);
     drop(h);  // DecoderLayer::forward's local h (in fp32 still saved by the norm)
@@ -52,9 +52,8 @@ class Replay : public MoeReplay {
   Id dense_backward_inner(Id g, DenseLayer& l) {
     // The residual passes g on unchanged; the MLP branch's input gradient comes back through norm2.
     const Id gm = gather_grad_copy(g);
-    Id gn = mlp_backward(gm, l.mlp);
+    const Id gn = mlp_backward(gm, l.mlp, /*reduce=*/true);
     if (gm != g) drop(gm);
-    gn = reduce_grad(gn);
     norm_backward(gn, l.norm2, g);
     return attention_backward(g, l.attn);
   }
@@ -171,23 +170,19 @@ class Replay : public MoeReplay {
     const Id g = alloc(Tn() * H() * e_);  // gradient of the first layer's input
     if (!first_stage) t_.begin();
     if (first_stage) {
-      // embedding_dense_backward: a [V, H] gradient added into .grad. A tied weight is one leaf
-      // used twice: autograd holds the LM head's gradient in the leaf's input buffer until this
-      // one arrives, sums the two into a new tensor, then adds the sum into .grad.
-      Id pending = Timeline::kNone;
-      if (s_.tied_head) pending = alloc(s_.vocab * H() * e_);  // stands for the head's (see head())
+      // embedding_dense_backward: a [V, H] gradient added into the parameter's gradient (a tied
+      // head's gradient went there already: parallel_linear.cpp accumulates directly). The tp
+      // sum's backward is the identity; sequence parallelism's reduce-scatter gathers back.
       t_.begin();
-      const Id gw = ew(s_.vocab * H() * e_, 1);
-      if (s_.tp > 1) comm(sp() ? CommKind::AllGather : CommKind::AllReduce, CommGroup::Tp, bs * H() * e_);
-      drop(g);
-      if (pending != Timeline::kNone) {
-        const Id sum = ew(s_.vocab * H() * e_, 2);  // out of place: the head's gradient is a view
-        drop(gw);
-        drop(pending);
-        drop(sum);
-      } else {
-        drop(gw);
+      Id gathered = Timeline::kNone;
+      if (sp()) {
+        comm(CommKind::AllGather, CommGroup::Tp, bs * H() * e_);
+        gathered = alloc(bs * H() * e_);
       }
+      const Id gw = ew(s_.vocab * H() * e_, 1);
+      drop(g);
+      drop(gathered);
+      drop(gw);
       drop(p.aux);
     } else {
       comm(CommKind::SendRecv, CommGroup::Pp, Tn() * H() * e_);
@@ -244,20 +239,8 @@ class Replay : public MoeReplay {
       drop(gl);
       gl = cast;
     }
-    const Id ing = sp() ? alloc(bs * H() * e_) : Timeline::kNone;  // re-gathered input
-    if (ing != Timeline::kNone) comm(CommKind::AllGather, CommGroup::Tp, bs * H() * e_);
-    Id gh;
-    if (s_.tied_head) {
-      // The weight gradient waits in the tied leaf's input buffer for the embedding's (pre()).
-      gemm(V, H(), bs);  // dW, kept
-      gh = gemm(bs, H(), V);
-      drop(gl);
-      drop(hn);
-    } else {
-      gh = linear_backward(gl, bs, V, H(), hn);
-    }
-    drop(ing);
-    gh = reduce_grad(gh);
+    // The LM head is column-parallel (a tied head too: it accumulates into the embedding's grad).
+    const Id gh = column_backward({gl}, {V}, hn, bs, sp(), /*reduce=*/true);
     const Id gx = norm_backward(gh, norm, Timeline::kNone);
     drop(loss);
     (void)gx;

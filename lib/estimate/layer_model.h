@@ -4,9 +4,9 @@
 // for backward, when each tensor is freed, and what the op costs. Written against the code of
 // lib/model/*.cpp (RmsNorm in fp32 with a cast back, rotary by cat/neg/mul, SDPA flash attention,
 // SwiGLU, sort-and-gather MoE, fp32 log-softmax cross-entropy) and checked against the
-// byte-counting CPU allocator (test/e2e/test_estimate.cpp). Parallel dimensions the runtime does
-// not implement yet (tp, sp, cp, ep) follow the Megatron designs of DESIGN.md section 6 and are
-// marked as such in docs/estimator.md.
+// byte-counting CPU allocator (test/e2e/test_estimate.cpp), with tensor and sequence parallelism
+// too. Parallel dimensions the runtime does not implement yet (cp, ep) follow the Megatron designs
+// of DESIGN.md section 6 and are marked as such in docs/estimator.md.
 #include <cstdint>
 #include <string>
 
@@ -26,7 +26,7 @@ struct RankShape {
   int64_t hidden = 0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;  // on this rank (heads / tp)
   int64_t ffn = 0;          // dense SwiGLU width on this rank (intermediate_size / tp)
-  int64_t vocab = 0;        // on this rank (vocab_size / tp, rounded up: the largest slice)
+  int64_t vocab = 0;        // rows on this rank: the padded vocabulary / tp
   int64_t dtype_bytes = 2;  // 2: bf16, 4: fp32
   bool tied_head = false;   // the LM head is the embedding weight, on this same rank
   Recompute recompute = Recompute::None;

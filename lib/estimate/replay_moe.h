@@ -124,7 +124,7 @@ class MoeReplay : public ReplayOps {
     const int64_t N = T(), E = s_.experts, k = s_.top_k, R = N * k, K = kept_rows();
     const Id gt_full = gather_grad_copy(g);
     Id tok_grad = Timeline::kNone;
-    if (m.has_shared) tok_grad = mlp_backward(gt_full, m.shared);
+    if (m.has_shared) tok_grad = mlp_backward(gt_full, m.shared, /*reduce=*/false);
     // index_add: the rows' gradient is the output gradient gathered by token.
     const Id gy = ew(K * H() * e_);
     drop(m.cat_idx);
@@ -148,7 +148,7 @@ class MoeReplay : public ReplayOps {
     Id gdisp = Timeline::kNone;
     if (s_.ep > 1) gdisp = alloc(s_.expert_rows * H() * e_);
     for (auto it = m.experts.rbegin(); it != m.experts.rend(); ++it) {
-      const Id gin = mlp_backward(gsrc, *it);
+      const Id gin = mlp_backward(gsrc, *it, /*reduce=*/false);
       if (s_.ep > 1) {
         drop(gin);  // written into the dispatched-gradient buffer
         continue;

@@ -34,8 +34,16 @@ class ReplayOps {
     t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e_)});
     return t_.alloc(m * n * e_);
   }
-  void comm(CommKind kind, CommGroup group, int64_t bytes, bool overlapped = false) {
-    t_.costs().comms.push_back(CommOp{kind, group, double(bytes), overlapped});
+  // Records a collective; returns its index for behind().
+  size_t comm(CommKind kind, CommGroup group, int64_t bytes, bool overlapped = false) {
+    t_.costs().comms.push_back(CommOp{kind, group, double(bytes), overlapped, {}});
+    return t_.costs().comms.size() - 1;
+  }
+  // Where the next GEMM goes; with behind(), the GEMMs from there on ran while a collective flew.
+  size_t gemm_mark() const { return t_.costs().gemms.size(); }
+  void behind(size_t comm_index, size_t mark) {
+    auto& c = t_.costs();
+    c.comms[comm_index].behind.assign(c.gemms.begin() + std::ptrdiff_t(mark), c.gemms.end());
   }
   void drop(Id id) { t_.drop(id); }
   void hold(Id id) { t_.hold(id); }
@@ -64,6 +72,48 @@ class ReplayOps {
     t_.costs().memory_bytes += 3.0 * double(n * k * e_);  // .grad += dW
     drop(gw);
     return gx;
+  }
+
+  // Backward of column_parallel_linear (parallel_linear.cpp): outputs of `widths` columns from
+  // one input [rows, H] it saved once (`saved`; with `regather`, the sequence shard, all-gathered
+  // again behind the input-gradient GEMMs). With `reduce` the summed input gradient is all-reduced
+  // (reduce-scattered with sp) over tp behind the weight-gradient GEMMs. Consumes the output
+  // gradients `gs`; returns the input gradient ([Tn, H] when reduce-scattered).
+  Id column_backward(const std::vector<Id>& gs, const std::vector<int64_t>& widths, Id saved, int64_t rows,
+                     bool regather, bool reduce) {
+    const int64_t k = H();
+    Id regathered = Timeline::kNone;
+    size_t gather = 0;
+    if (regather) {
+      gather = comm(CommKind::AllGather, CommGroup::Tp, rows * k * e_);
+      regathered = alloc(rows * k * e_);
+    }
+    const size_t dx_mark = gemm_mark();
+    Id sum = Timeline::kNone;
+    for (const int64_t n : widths) {
+      const Id gx = gemm(rows, k, n);  // dx_i = g_i W_i, summed in place
+      if (sum == Timeline::kNone)
+        sum = gx;
+      else
+        accumulate(sum, gx);
+    }
+    if (regather) behind(gather, dx_mark);
+    reduce = reduce && s_.tp > 1;
+    const size_t reduction =
+        reduce ? comm(sp() ? CommKind::ReduceScatter : CommKind::AllReduce, CommGroup::Tp, rows * k * e_) : 0;
+    const size_t dw_mark = gemm_mark();
+    for (const int64_t n : widths) {
+      drop(gemm(n, k, rows));                               // dW_i = g_i^T x
+      t_.costs().memory_bytes += 3.0 * double(n * k * e_);  // .grad += dW_i
+    }
+    if (reduce) behind(reduction, dw_mark);
+    for (const Id g : gs) drop(g);
+    drop(saved);
+    drop(regathered);
+    if (!reduce || !sp()) return sum;
+    const Id r = alloc(Tn() * k * e_);
+    drop(sum);
+    return r;
   }
 
   // --- RMSNorm (layers.cpp): x32 = x.float(); normed = x32 * rsqrt(mean(x32^2) + eps);
@@ -304,6 +354,7 @@ class ReplayOps {
   struct AttentionBlock {
     NormSaved norm;
     Id norm_out = Timeline::kNone;  // saved by q, k, v projections
+    Id o_in = Timeline::kNone;      // o_proj's input: a [s, b, h] view of the attention output
     AttentionSaved core;
     Id h = Timeline::kNone;         // x + attention: the residual stream
   };
@@ -316,8 +367,7 @@ class ReplayOps {
     const Id q = gemm(T(), qd, H());
     const Id k = gemm(T(), kvd, H());
     const Id v = gemm(T(), kvd, H());
-    hold(n1);
-    hold(n1);  // three projections save the (sharded) input; the local reference is the third
+    // column_parallel_linear saves the (sharded) input once for q, k and v: the local reference.
     if (in != n1) drop(in);
     a.core.q = rope_forward(q, q_bytes());
     a.core.k = rope_forward(k, kv_bytes());
@@ -330,9 +380,13 @@ class ReplayOps {
       a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
     }
     a.core.lse = lse;
-    const Id o = reduce_output(gemm(T(), H(), qd));  // o_proj saves its input (out)
-    // Without recompute the flash node saves out too; with selective recompute only o_proj does.
-    if (s_.recompute != Recompute::Selective) hold(a.core.out);
+    // out back to [s, b, heads*d] is a view: SDPA's output follows the query's memory layout
+    // ([s, b, heads, d] here), on the CPU and in the CUDA flash kernels. o_proj saves it.
+    a.o_in = a.core.out;
+    hold(a.o_in);
+    const Id o = reduce_output(gemm(T(), H(), qd));
+    // Without recompute the flash node saves out; with selective recompute nothing does.
+    if (s_.recompute == Recompute::Selective) drop(a.core.out);
     a.h = ew(Tn() * H() * e_, 2);  // h = x + o
     drop(o);
     return a.h;
@@ -343,7 +397,7 @@ class ReplayOps {
     const int64_t qd = s_.q_heads * s_.head_dim, kvd = s_.kv_heads * s_.head_dim;
     // o_proj: its input gradient is the gradient of the attention output.
     const Id go = gather_grad_copy(g);
-    const Id gout = linear_backward(go, T(), H(), qd, a.core.out, /*drop_grad=*/go != g);
+    const Id gout = linear_backward(go, T(), H(), qd, a.o_in, /*drop_grad=*/go != g);
     if (s_.recompute == Recompute::Selective) {
       // Recompute the core with autograd (out and lse saved again), then its backward.
       Id lse = Timeline::kNone;
@@ -354,21 +408,7 @@ class ReplayOps {
     sdpa_backward(gout, a.core, dq, dk, dv);
     const Id gk = rope_backward(dk, kv_bytes());
     const Id gq = rope_backward(dq, q_bytes());
-    // v, k, q projections (reverse order of creation); the input gradients are summed.
-    const Id in = sp() ? alloc(T() * H() * e_) : Timeline::kNone;  // re-gathered input (sp)
-    if (in != Timeline::kNone) comm(CommKind::AllGather, CommGroup::Tp, T() * H() * e_);
-    const Id gin_v = linear_backward(dv, T(), kvd, H(), Timeline::kNone);
-    const Id gin_k = linear_backward(gk, T(), kvd, H(), Timeline::kNone);
-    const Id sum = ew(T() * H() * e_, 2);
-    drop(gin_v);
-    drop(gin_k);
-    const Id gin_q = linear_backward(gq, T(), qd, H(), Timeline::kNone);
-    drop(a.norm_out);
-    drop(a.norm_out);
-    drop(a.norm_out);
-    drop(in);
-    accumulate(sum, gin_q);
-    const Id gn = reduce_grad(sum);
+    const Id gn = column_backward({gq, gk, dv}, {qd, kvd, kvd}, a.norm_out, T(), sp(), /*reduce=*/true);
     return norm_backward(gn, a.norm, g);
   }
   // With sp the row-parallel output's gradient is all-gathered into a new buffer; otherwise the
@@ -393,40 +433,27 @@ class ReplayOps {
     m.width = width;
     m.in = saved;
     m.regather = saved != x;
-    hold(saved);
-    hold(saved);
+    hold(saved);  // gate and up save it once (column_parallel_linear)
     m.gate = gemm(rows, width, H());
     m.silu = ew(rows * width * e_);
     m.up = gemm(rows, width, H());
     m.mul = ew(rows * width * e_, 2);
     return gemm(rows, H(), width);
   }
-  // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input.
-  Id mlp_backward(Id g, MlpSaved& m) {
+  // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input, with
+  // `reduce` reduced over tp by the gate/up column-parallel backward.
+  Id mlp_backward(Id g, MlpSaved& m, bool reduce) {
     const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
-    Id regathered = Timeline::kNone;
-    if (m.regather) {
-      comm(CommKind::AllGather, CommGroup::Tp, rows * H() * e_);
-      regathered = alloc(rows * H() * e_);
-    }
     const Id gmul = linear_backward(g, rows, H(), width, m.mul, /*drop_grad=*/false);
     const Id gsilu = ew(act, 2);  // g * up
     const Id gup = ew(act, 2);    // g * silu
     drop(gmul);
     drop(m.silu);
     drop(m.up);
-    const Id gin_up = linear_backward(gup, rows, width, H(), Timeline::kNone);
     const Id ggate = ew(act, 2);  // silu backward
     drop(gsilu);
     drop(m.gate);
-    const Id gin_gate = linear_backward(ggate, rows, width, H(), Timeline::kNone);
-    drop(m.in);
-    drop(m.in);
-    drop(regathered);
-    const Id sum = ew(rows * H() * e_, 2);
-    drop(gin_gate);
-    drop(gin_up);
-    return sum;
+    return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
   }
 
   // --- without autograd (the forward of recompute(full)): nothing is saved, every tensor is

@@ -24,6 +24,9 @@ struct CommOp {
   CommGroup group = CommGroup::Tp;
   double bytes = 0;          // the full (unsharded) buffer each rank contributes or receives
   bool overlapped = false;   // run concurrently with computation that hides it (ring attention)
+  // GEMMs issued while this collective is in flight (the column-parallel backward's weight
+  // gradients behind its input gradient's all-reduce): only the time beyond theirs is exposed.
+  std::vector<GemmShape> behind;
 };
 
 // What one stretch of code costs.

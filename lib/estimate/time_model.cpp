@@ -6,7 +6,12 @@ namespace trainer::estimate {
 
 namespace {
 constexpr double kFusedFraction = 1.0 / 3.0;
+
+double gemm_seconds(const GemmShape& g, const HardwareProfile& gpu, double peak, double hbm) {
+  const double compute = g.flops() / (peak * gpu.gemm_efficiency) + gpu.gemm_latency_s;
+  return std::max(compute, g.bytes / hbm);
 }
+}  // namespace
 
 void SegmentTime::add(const SegmentTime& o, double times) {
   gemm_s += o.gemm_s * times;
@@ -23,17 +28,18 @@ SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const s
   SegmentTime t;
   const double peak = gpu.peak_flops(dtype);
   const double hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency;
-  for (const auto& g : costs.gemms) {
-    const double compute = g.flops() / (peak * gpu.gemm_efficiency) + gpu.gemm_latency_s;
-    t.gemm_s += std::max(compute, g.bytes / hbm);
-  }
+  for (const auto& g : costs.gemms) t.gemm_s += gemm_seconds(g, gpu, peak, hbm);
   t.attention_s = costs.attention_flops / (peak * gpu.attention_efficiency) +
                   double(costs.attention_calls) * gpu.gemm_latency_s;
   const double fraction = fused_kernels ? kFusedFraction : 1.0;
   t.memory_bound_s = fraction * (costs.memory_bytes / hbm + double(costs.memory_kernels) * gpu.kernel_overhead_s);
   double overlapped_cp = 0;
   for (const auto& c : costs.comms) {
-    const double s = collective_seconds(c.kind, c.bytes, placement.of(c.group), gpu);
+    double s = collective_seconds(c.kind, c.bytes, placement.of(c.group), gpu);
+    // Behind GEMMs issued while it flies (already counted in gemm_s), only the rest is exposed.
+    double hidden = 0;
+    for (const auto& g : c.behind) hidden += gemm_seconds(g, gpu, peak, hbm);
+    s = std::max(0.0, s - hidden);
     switch (c.group) {
       case CommGroup::Tp:
       case CommGroup::Etp: t.tp_comm_s += s; break;

@@ -5,7 +5,10 @@
 //               causal half counted; ring attention makes one call per K/V block)
 //   memory-bound  bytes / (HBM * hbm_efficiency) + kernels * kernel_overhead
 //   collectives alpha-beta per link (comm_model.h); a ring-attention exchange is hidden behind the
-//               attention computing beside it, everything else inside a layer is exposed.
+//               attention computing beside it; a collective with GEMMs behind it (the column-parallel
+//               backward: the input gradient's all-reduce or reduce-scatter behind the weight-gradient
+//               GEMMs, the sequence-parallel re-gather behind the input-gradient GEMMs) shows only
+//               max(0, comm - those GEMMs); everything else inside a layer is exposed.
 #include <string>
 
 #include "estimate/comm_model.h"

@@ -15,8 +15,7 @@ namespace {
 
 std::vector<ShardSpec> tp_shards(int64_t dim, int64_t extent, TensorParallel tp) {
   if (tp.size == 1) return {};
-  // Balanced: heads and MLP widths divide (validation), a vocabulary need not.
-  return {ShardSpec::balanced(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};
+  return {ShardSpec::even(dim, extent, tp.rank, tp.size, mesh::GroupKind::Tp)};  // validation: tp divides
 }
 
 // Without the group the f/g operators cannot run: refuse instead of a wrong result.
@@ -36,6 +35,21 @@ Linear::Linear(ParameterSet& params, const std::string& name, int64_t in_feature
   if (kind == LinearKind::Column) shards = tp_shards(0, out_features, tp);
   if (kind == LinearKind::Row) shards = tp_shards(1, in_features, tp);
   param_ = &params.create(name, {out_features, in_features}, InitKind::Normal, std::move(shards));
+}
+
+std::vector<ShardSpec> vocab_shards(int64_t vocab, int64_t padded_vocab, const TensorParallel& tp) {
+  if (tp.size == 1 && padded_vocab == vocab) return {};
+  return {ShardSpec::padded(vocab, padded_vocab, tp.rank, tp.size, mesh::GroupKind::Tp)};
+}
+
+Linear Linear::lm_head(ParameterSet& params, const std::string& name, int64_t hidden, int64_t vocab,
+                       int64_t padded_vocab, TensorParallel tp) {
+  Linear head;
+  head.queue_ = &params.weight_grads();
+  head.kind_ = LinearKind::Column;
+  head.tp_ = tp;
+  head.param_ = &params.create(name, {vocab, hidden}, InitKind::Normal, vocab_shards(vocab, padded_vocab, tp));
+  return head;
 }
 
 Linear::Linear(ParameterSet& params, Parameter& shared, TensorParallel tp)
@@ -67,9 +81,10 @@ std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std:
   return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp()});
 }
 
-Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp)
+Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t padded_vocab,
+                     int64_t hidden, TensorParallel tp)
     : queue_(&params.weight_grads()), tp_(tp) {
-  param_ = &params.create(name, {vocab, hidden}, InitKind::Normal, tp_shards(0, vocab, tp));
+  param_ = &params.create(name, {vocab, hidden}, InitKind::Normal, vocab_shards(vocab, padded_vocab, tp));
 }
 
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
@@ -77,8 +92,8 @@ at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   // plain lookup for tp size 1.
   if (tp_.size == 1) return embedding(tokens, *param_, queue_);
   require_group(tp_, param_->name);
-  // This rank's rows [begin, begin + rows): other ids look up row 0 and are zeroed, then the
-  // ranks' partial results are summed.
+  // This rank's real rows [offset, offset + length) (none past the vocabulary): other ids look up
+  // row 0 and are zeroed, then the ranks' partial results are summed.
   const ShardSpec& rows = param_->shards.at(0);
   const at::Tensor local = tokens - rows.offset;
   const at::Tensor outside = (local < 0) | (local >= rows.length);

@@ -44,6 +44,9 @@ class Linear {
   Linear() = default;
   Linear(ParameterSet& params, const std::string& name, int64_t in_features, int64_t out_features, LinearKind kind,
          TensorParallel tp);
+  // The column-parallel LM head over a vocabulary padded to `padded_vocab` rows (model::vocab_shards).
+  static Linear lm_head(ParameterSet& params, const std::string& name, int64_t hidden, int64_t vocab,
+                        int64_t padded_vocab, TensorParallel tp);
   // A linear over an existing parameter (the LM head tied to the embedding); it counts one more use.
   Linear(ParameterSet& params, Parameter& shared, TensorParallel tp);
   at::Tensor forward(const at::Tensor& x) const;
@@ -58,12 +61,19 @@ class Linear {
   TensorParallel tp_;
 };
 
+// The rows of a vocabulary of `vocab` ids padded to `padded_vocab` (a multiple of tp) that this tp
+// rank holds: equal pieces, the real rows first (none on a rank past the vocabulary), then zero
+// padding. No shard at all when nothing is split or padded.
+std::vector<ShardSpec> vocab_shards(int64_t vocab, int64_t padded_vocab, const TensorParallel& tp);
+
 // Token embedding [vocab, hidden]; vocabulary-parallel when tp > 1 (rows split across ranks), its
-// output summed over tp (reduce-scattered along the sequence with sequence parallelism).
+// output summed over tp (reduce-scattered along the sequence with sequence parallelism). Padding
+// rows (vocab_shards) are never looked up.
 class Embedding {
  public:
   Embedding() = default;
-  Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t hidden, TensorParallel tp);
+  Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t padded_vocab, int64_t hidden,
+            TensorParallel tp);
   at::Tensor forward(const at::Tensor& tokens) const;
   Parameter& parameter() const { return *param_; }
 

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace trainer::model {
@@ -28,11 +29,32 @@ ShardSpec ShardSpec::even(int64_t dim, int64_t extent, int64_t rank, int64_t siz
   return ShardSpec{dim, extent / size * rank, extent / size, group};
 }
 
-ShardSpec ShardSpec::balanced(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group) {
-  if (size < 1 || size > extent)
-    throw std::logic_error(fmt::format("an extent of {} does not split into {} non-empty shards", extent, size));
-  const int64_t base = extent / size, longer = extent % size;
-  return ShardSpec{dim, rank * base + std::min(rank, longer), base + (rank < longer ? 1 : 0), group};
+ShardSpec ShardSpec::padded(int64_t extent, int64_t padded_extent, int64_t rank, int64_t size, mesh::GroupKind group) {
+  if (size < 1 || padded_extent < extent || padded_extent % size != 0)
+    throw std::logic_error(fmt::format("a padded extent of {} (real {}) does not split into {} equal shards",
+                                       padded_extent, extent, size));
+  const int64_t rows = padded_extent / size, begin = rows * rank;
+  const int64_t length = std::clamp<int64_t>(extent - begin, 0, rows);
+  return ShardSpec{0, std::min(begin, extent), length, group, rows - length};
+}
+
+std::vector<int64_t> Parameter::real_sizes() const {
+  std::vector<int64_t> sizes = tensor.sizes().vec();
+  for (const auto& s : shards) sizes[size_t(s.dim)] = s.length;
+  return sizes;
+}
+
+int64_t Parameter::real_numel() const {
+  int64_t n = 1;
+  for (const int64_t d : real_sizes()) n *= d;
+  return n;
+}
+
+at::Tensor Parameter::real_part(const at::Tensor& local) const {
+  at::Tensor out = local;
+  for (const auto& s : shards)
+    if (s.padding > 0) out = out.narrow(s.dim, 0, s.length);
+  return out;
 }
 
 std::vector<int64_t> Parameter::offsets() const {
@@ -73,12 +95,20 @@ Parameter& ParameterSet::create(const std::string& name, std::vector<int64_t> gl
   if (find(name)) throw std::logic_error(fmt::format("parameter {} registered twice", name));
   at::Tensor value = global_initial_value(options_.seed, name, global_shape, init, options_.init_std);
   for (const auto& s : shards) {
-    if (s.dim < 0 || s.dim >= int64_t(global_shape.size()) || s.offset < 0 || s.length < 1 ||
-        s.offset + s.length > global_shape[size_t(s.dim)])
+    if (s.dim < 0 || s.dim >= int64_t(global_shape.size()) || s.offset < 0 || s.length < (s.padding > 0 ? 0 : 1) ||
+        s.offset + s.length > global_shape[size_t(s.dim)] || s.padding < 0 || (s.padding > 0 && s.dim != 0))
       throw std::logic_error(fmt::format("parameter {}: shard [{}, {}) along dimension {} is outside its shape", name,
                                          s.offset, s.offset + s.length, s.dim));
     value = value.narrow(s.dim, s.offset, s.length);
+    if (s.padding > 0) {
+      std::vector<int64_t> zeros = value.sizes().vec();
+      zeros[size_t(s.dim)] = s.padding;
+      value = at::cat({value, at::zeros(zeros, value.options())}, s.dim);
+    }
   }
+  // A slice along dimension 0 is a contiguous view that would keep the whole global tensor alive:
+  // copy it, so a rank holds only its slice.
+  if (!shards.empty()) value = value.clone(at::MemoryFormat::Contiguous);
   value = value.contiguous().to(options_.device, options_.dtype).detach().requires_grad_(true);
   Parameter p;
   p.name = name;

@@ -18,19 +18,23 @@
 namespace trainer::model {
 
 // One split of a parameter: along `dim` this rank holds [offset, offset + length) of the global
-// extent; the other pieces are on the other ranks of `group` (tp, etp or ep). Pieces may be
-// uneven (the last shard of a padded vocabulary).
+// extent; the other pieces are on the other ranks of `group` (tp, etp or ep). `padding` zero rows
+// follow the real ones in the local tensor (a padded vocabulary; dimension 0 only): they are not
+// part of the global tensor, so checkpoints and exports never see them. A rank may hold padding
+// only (length 0).
 struct ShardSpec {
   int64_t dim = 0;
   int64_t offset = 0;
   int64_t length = 0;
   mesh::GroupKind group = mesh::GroupKind::Tp;
+  int64_t padding = 0;
 
   // Piece `rank` of `size` equal pieces of a global extent that `size` must divide.
   static ShardSpec even(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group);
-  // Piece `rank` of `size` pieces as equal as can be (the first extent % size pieces one longer);
-  // `size` must not exceed the extent. Equal to even() when `size` divides the extent.
-  static ShardSpec balanced(int64_t dim, int64_t extent, int64_t rank, int64_t size, mesh::GroupKind group);
+  // Piece `rank` of `size` equal pieces of `padded_extent` (a multiple of `size`, at least
+  // `extent`) along dimension 0, of which only the first `extent` rows are real (Megatron's padded
+  // vocabulary): the real rows of this piece, then its padding.
+  static ShardSpec padded(int64_t extent, int64_t padded_extent, int64_t rank, int64_t size, mesh::GroupKind group);
 };
 
 enum class InitKind { Normal, Ones, Zeros };
@@ -60,6 +64,12 @@ struct Parameter {
 
   // Offsets of the local slice in the global tensor, one per dimension.
   std::vector<int64_t> offsets() const;
+  // The local slice without padding rows (what checkpoints hold): its sizes, and the part of a
+  // tensor of the local shape (the parameter, its gradient or an optimizer state) they cover. The
+  // real elements are a prefix of the local tensor in row-major order.
+  std::vector<int64_t> real_sizes() const;
+  int64_t real_numel() const;
+  at::Tensor real_part(const at::Tensor& local) const;
   // The gradient as the optimizer reads it: main_grad when installed, else tensor.grad().
   at::Tensor grad() const { return main_grad.defined() ? main_grad : tensor.grad(); }
 };

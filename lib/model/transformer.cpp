@@ -44,13 +44,14 @@ Transformer::Transformer(const ModelOptions& options)
     : options_(options),
       params_(ParameterOptions{options.seed, options.config.initializer_range, options.dtype, options.device}) {
   const auto& c = options.config;
-  embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, c.hidden_size, options.tp);
+  const int64_t padded_vocab = c.padded_vocab_size(options.tp.size);
+  embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers_.emplace_back(params_, i, c, options.tp);
   final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
   if (c.tie_word_embeddings)
     lm_head_ = Linear(params_, embed_.parameter(), options.tp);
   else
-    lm_head_ = Linear(params_, "lm_head.weight", c.hidden_size, c.vocab_size, LinearKind::Column, options.tp);
+    lm_head_ = Linear::lm_head(params_, "lm_head.weight", c.hidden_size, c.vocab_size, padded_vocab, options.tp);
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
 }
 
@@ -87,7 +88,8 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   if (options_.tp.size > 1)
     throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
-  return lm_head_.forward(hidden_states(inputs, nullptr)).transpose(0, 1).contiguous();
+  const at::Tensor padded = lm_head_.forward(hidden_states(inputs, nullptr));
+  return padded.narrow(-1, 0, options_.config.vocab_size).transpose(0, 1).contiguous();
 }
 
 ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& targets) const {
@@ -98,8 +100,10 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
   const at::Tensor logits = lm_head_.forward(h);
   const at::Tensor flat_targets = targets.t().reshape({-1});
   // At least fp32 (bf16 logits are upcast; an fp64 model for gradient checks keeps fp64).
-  const at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), at::kFloat));
+  at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), at::kFloat));
   if (options_.tp.size == 1) {
+    // Padding columns (vocabulary padded past vocab_size) take no part in the softmax.
+    if (flat.size(1) > options_.config.vocab_size) flat = flat.narrow(1, 0, options_.config.vocab_size);
     out.loss_sum = at::cross_entropy_loss(flat, flat_targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
   } else {
     // Vocabulary-parallel cross-entropy: max, sum-exp and target logit reduced over tp.

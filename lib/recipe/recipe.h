@@ -42,6 +42,13 @@ struct ModelConfig {
   std::optional<RopeScaling> rope_scaling;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
+  // The embedding and LM head hold padded_vocab_size(tp) rows (Megatron's padding for GEMM shapes);
+  // the rows past vocab_size are zeros outside the softmax, never in checkpoints or exports.
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t padded_vocab_size(int64_t tp) const {
+    const int64_t multiple = make_vocab_size_divisible_by * tp;
+    return (vocab_size + multiple - 1) / multiple * multiple;
+  }
   int64_t max_position_embeddings = 4096;
   double initializer_range = 0.02;
   std::optional<MoeConfig> moe;

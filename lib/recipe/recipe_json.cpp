@@ -86,6 +86,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   }
   m.rms_norm_eps = get<double>(d, "model.rms_norm_eps");
   m.tie_word_embeddings = get<bool>(d, "model.tie_word_embeddings");
+  m.make_vocab_size_divisible_by = get_int(d, "model.make_vocab_size_divisible_by");
   m.max_position_embeddings = get_int(d, "model.max_position_embeddings");
   m.initializer_range = get<double>(d, "model.initializer_range");
   if (!at(d, "model.moe").is_null()) {
@@ -186,6 +187,7 @@ json recipe_to_json(const Recipe& r) {
       {"rope_scaling", nullptr},
       {"rms_norm_eps", m.rms_norm_eps},
       {"tie_word_embeddings", m.tie_word_embeddings},
+      {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
       {"max_position_embeddings", m.max_position_embeddings},
       {"initializer_range", m.initializer_range},
       {"moe", nullptr},

@@ -92,6 +92,10 @@ std::vector<KeySpec> build_schema() {
                            "llama3: context length of the original model."), 1));
   s.push_back(positive(key("model.rms_norm_eps", K::Number, 1e-6, "Epsilon of RMSNorm.")));
   s.push_back(key("model.tie_word_embeddings", K::Boolean, false, "Share the token embedding with the LM head."));
+  s.push_back(at_least(key("model.make_vocab_size_divisible_by", K::Integer, 128,
+                           "Pad the embedding and LM head to a multiple of this times tp rows (Megatron; zero rows "
+                           "outside the softmax, never saved); 1 pads only to a multiple of tp."),
+                       1));
   s.push_back(at_least(key("model.max_position_embeddings", K::Integer, 4096,
                            "Longest sequence the model is meant for; training.seq_len may not exceed it."), 1));
   s.push_back(positive(key("model.initializer_range", K::Number, 0.02,

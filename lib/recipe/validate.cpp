@@ -50,10 +50,6 @@ class Checker {
       add("model.intermediate_size={} is not divisible by parallel.tp={} (the MLP is split by columns); use tp "
           "in {}",
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
-    if (m.vocab_size < p.tp)
-      add("model.vocab_size={} is smaller than parallel.tp={} (the embedding and LM head are split by vocabulary, "
-          "at least one row per rank); use tp <= {}",
-          m.vocab_size, p.tp, m.vocab_size);
     const int64_t chunks = p.pp * p.vpp;
     if (m.num_hidden_layers % chunks != 0)
       add("model.num_hidden_layers={} is not divisible by parallel.pp * parallel.vpp = {} * {} = {} (every model "

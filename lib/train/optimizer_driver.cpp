@@ -93,8 +93,10 @@ std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() cons
   for (const auto& s : adamw_->state()) {
     // The state has the parameter's slice's shape (steps: a scalar).
     const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
-    auto record = s.tensor.dim() == 0 || !p ? checkpoint::TensorRecord::whole(s.name, s.tensor)
-                                            : checkpoint::TensorRecord::slice(s.name, s.tensor, p->global_shape, p->offsets());
+    if (p && s.tensor.dim() > 0 && p->real_numel() == 0) continue;  // padding rows only
+    auto record = s.tensor.dim() == 0 || !p
+                      ? checkpoint::TensorRecord::whole(s.name, s.tensor)
+                      : checkpoint::TensorRecord::slice(s.name, p->real_part(s.tensor), p->global_shape, p->offsets());
     // Held by every rank with the same slice of the parameter (its step count: the whole stage).
     const auto holders = p && s.tensor.dim() > 0 ? parallel::parameter_replicas(groups_.layout(), groups_.global_rank(), *p)
                                                  : parallel::stage_replicas(groups_.layout(), groups_.global_rank());
@@ -114,10 +116,12 @@ void OptimizerDriver::load_state(const parallel::StateReader& read, int64_t step
   for (const auto& s : adamw_->state()) {
     const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
     const bool sliced = s.tensor.dim() > 0 && p;
+    if (sliced && p->real_numel() == 0) continue;  // padding rows only: zeros, and they stay zero
+    const at::Tensor target = sliced ? p->real_part(s.tensor) : s.tensor;
     const auto stored = read(s.name, sliced ? p->offsets() : std::vector<int64_t>(size_t(s.tensor.dim()), 0),
-                             s.tensor.sizes().vec());
+                             target.sizes().vec());
     if (stored)
-      s.tensor.copy_(*stored);
+      target.copy_(*stored);
     else if (s.name.rfind("optimizer.master.", 0) == 0 && p)
       s.tensor.copy_(p->tensor.detach());  // saved from an fp32 run: the parameters are the master weights
   }

@@ -53,7 +53,7 @@ model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, c
 void check_checkpoint_room(const recipe::Recipe& r, const model::Transformer& model, const mesh::ProcessGroups& groups) {
   if (!r.checkpoint.dir) return;
   uint64_t elements = 0;
-  for (const auto& p : model.parameters().all()) elements += uint64_t(p.tensor.numel());
+  for (const auto& p : model.parameters().all()) elements += uint64_t(p.real_numel());  // padding rows are never saved
   const uint64_t per_element = (r.training.dtype == "bf16" ? 2 + 4 : 4) + 8;
   const int64_t shards = std::max<int64_t>(1, groups.get(mesh::GroupKind::DpCp).size());
   checkpoint::check_checkpoint_dir(*r.checkpoint.dir, groups.global_rank(), elements * per_element / uint64_t(shards));

@@ -39,7 +39,8 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
   std::vector<checkpoint::TensorRecord> records;
   const mesh::RankLayout& layout = groups.layout();
   for (const auto& p : model.parameters().all()) {
-    auto record = checkpoint::TensorRecord::slice(p.name, p.tensor.detach(), p.global_shape, p.offsets());
+    if (p.real_numel() == 0) continue;  // padding rows only (a vocabulary padded past its last id)
+    auto record = checkpoint::TensorRecord::slice(p.name, p.real_part(p.tensor.detach()), p.global_shape, p.offsets());
     const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);
     if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
     records.push_back(std::move(record));
@@ -77,7 +78,7 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
     if (stored != p.global_shape)
       throw UserError(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint but [{}] in this model",
                                   loaded.path(), p.name, fmt::join(stored, ", "), fmt::join(p.global_shape, ", ")));
-    p.tensor.detach().copy_(loaded.read(p.name, p.offsets(), p.tensor.sizes().vec()));
+    if (p.real_numel() > 0) p.real_part(p.tensor.detach()).copy_(loaded.read(p.name, p.offsets(), p.real_sizes()));
   }
   if (loaded.contains("rng.cpu")) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -111,8 +112,9 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
                                   fmt::join(it->second.sizes().vec(), ", "), fmt::join(p.global_shape, ", ")));
     at::Tensor slice = it->second;
     const auto offsets = p.offsets();
-    for (size_t d = 0; d < offsets.size(); ++d) slice = slice.narrow(int64_t(d), offsets[d], p.tensor.size(int64_t(d)));
-    p.tensor.detach().copy_(slice);
+    const auto sizes = p.real_sizes();
+    for (size_t d = 0; d < offsets.size(); ++d) slice = slice.narrow(int64_t(d), offsets[d], sizes[d]);
+    p.real_part(p.tensor.detach()).copy_(slice);
     ++count;
   }
   return count;

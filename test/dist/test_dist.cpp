@@ -203,14 +203,16 @@ TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp 
     int tp;
     const char* tied;
     const char* sp;
+    const char* vocab_divisor;  // 128: padding-only ranks; 1: the last rank's few padding rows
   };
-  for (const Case c : {Case{2, "0", "0"}, Case{2, "1", "1"}, Case{3, "1", "0"}, Case{3, "0", "1"}, Case{4, "0", "1"}}) {
+  for (const Case c : {Case{2, "0", "0", "128"}, Case{2, "1", "1", "1"}, Case{3, "1", "0", "128"},
+                       Case{3, "0", "1", "1"}, Case{4, "0", "1", "128"}}) {
     const int tp = c.tp;
     const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(tp - 1) + "); do RANK=$r WORLD_SIZE=" +
                         std::to_string(tp) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
-                        " " + worker + " " + c.tied + " " + c.sp +
+                        " " + worker + " " + c.tied + " " + c.sp + " " + c.vocab_divisor +
                         " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
-    INFO("tp " << tp << " tied " << c.tied << " sp " << c.sp << "\n" << r.out << r.err);
+    INFO("tp " << tp << " tied " << c.tied << " sp " << c.sp << " divisor " << c.vocab_divisor << "\n" << r.out << r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("gradients match") != std::string::npos);
   }
@@ -238,9 +240,13 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
       // Not a power of two: 6 heads of 16, 3 key/value heads, a width and a vocabulary 3 divides.
       {"tp3", 3, tp3, " --set parallel.tp=3"},
       {"tp2 dp2 zero1", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1"},
-      // A vocabulary tp does not divide: slices of 64, 64, 64 and 63 rows.
+      // A vocabulary padded to 512 (divisor 128 x tp 4): ranks 2 and 3 hold padding rows only.
       {"tp4 vocab 255", 4, " --set model.num_key_value_heads=4 --set model.vocab_size=255", " --set parallel.tp=4"},
-      // bf16 on the CPU: other summation orders round differently (measured 2.1e-4 at most).
+      // Divisor 1: padded to 256, the last rank holds 63 real rows and one padding row.
+      {"tp4 vocab 255 divisor 1", 4,
+       " --set model.num_key_value_heads=4 --set model.vocab_size=255 --set model.make_vocab_size_divisible_by=1",
+       " --set parallel.tp=4"},
+      // bf16 on the CPU: other summation orders round differently (measured 3.0e-4 at most).
       {"tp2 bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2", 1e-3},
       // Sequence parallelism: norms and residuals on 1/tp of the sequence each.
       {"tp2 sp", 2, gqa, " --set parallel.tp=2" + sp},
@@ -274,13 +280,26 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   }
 }
 
-TEST_CASE("dist: a checkpoint saved at tp=2 resumes at tp=1 and one saved at tp=1 resumes at tp=2", "[dist][tp]") {
+TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 and 2 to 4 with padding-only ranks", "[dist][tp]") {
   TempDir dir;
-  const std::string base = trainer_binary() + " run " + kTiny;
-  const auto whole = bash(base + common_sets(dir.path() + "/whole.jsonl"));
-  REQUIRE(whole.exit_code == 0);
-  const auto reference = read_jsonl(dir.path() + "/whole.jsonl");
-  for (const auto& [first, second] : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}}) {
+  struct Resharding {
+    int first, second;
+    std::string model;  // --set options of the model, for every run of this pair
+  };
+  // Vocabulary 255 at tp 4 is padded to 512 rows: ranks 2 and 3 hold padding only and save no
+  // embedding; at tp 2 it is 256 rows, the last one padding.
+  const std::string padded = " --set model.num_key_value_heads=4 --set model.vocab_size=255";
+  std::map<std::string, std::vector<nlohmann::json>> references;
+  for (const auto& [first, second, model] :
+       std::vector<Resharding>{{2, 1, ""}, {1, 2, ""}, {4, 2, padded}, {2, 4, padded}}) {
+    const std::string base = trainer_binary() + " run " + kTiny + model;
+    auto& reference = references[model];
+    if (reference.empty()) {
+      const std::string whole = dir.path() + "/whole" + std::to_string(references.size()) + ".jsonl";
+      const auto w = bash(base + common_sets(whole));
+      REQUIRE(w.exit_code == 0);
+      reference = read_jsonl(whole);
+    }
     // 20 steps at the first tp size with a checkpoint at step 10, then steps 11-20 again from it at
     // the second size: the resumed steps must follow the single-process curve.
     const std::string tag = std::to_string(first) + "to" + std::to_string(second), ck = dir.path() + "/ck" + tag;
@@ -301,7 +320,8 @@ TEST_CASE("dist: a checkpoint saved at tp=2 resumes at tp=1 and one saved at tp=
     REQUIRE(m.size() == 10);
     const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
     const double worst = max_relative_difference(want, m);
-    std::printf("tp %d -> tp %d: largest relative loss difference after resuming %.3g\n", first, second, worst);
+    std::printf("tp %d -> tp %d%s: largest relative loss difference after resuming %.3g\n", first, second,
+                model.empty() ? "" : " (vocabulary 255)", worst);
     CHECK(worst < 1e-5);
   }
 }

@@ -122,6 +122,19 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (2 data-para
   check_accuracy(kTinyMoe, {{"parallel.zero=1", "training.recompute=selective"}}, 2);
 }
 
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (tensor and sequence parallelism)", "[estimate]") {
+  check_accuracy(kTiny,
+                 {
+                     {"parallel.tp=2"},
+                     {"parallel.tp=2", "parallel.sequence_parallel=true"},
+                     {"parallel.tp=2", "parallel.sequence_parallel=true", "training.recompute=full"},
+                     {"parallel.tp=2", "model.tie_word_embeddings=true", "training.recompute=selective"},
+                     // Vocabulary 255 padded to 256 rows (128 x tp 2): the last row of rank 1 is padding.
+                     {"parallel.tp=2", "model.vocab_size=255", "parallel.sequence_parallel=true"},
+                 },
+                 2);
+}
+
 TEST_CASE("estimate: the 405B recipe in well under a second - JSON on stdout", "[estimate]") {
   const std::string recipe = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3.1-405b.json";
   const auto r = run_trainer_cmd({"estimate", recipe, "--json", "--world-size", "2016"});

@@ -84,10 +84,13 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
     // The same fragment is on the ranks that hold the same slice and the same shard of the bucket.
     const auto holders = as_replication(
         shard_replicas(groups.layout(), groups.global_rank(), p, buckets_.buckets()[fr.bucket].group));
+    // Padding rows (a padded vocabulary) end the parameter in row-major order: only the real prefix is saved.
+    const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);
+    if (length <= 0) continue;
     for (int k = 0; k < 3; ++k) {
       if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
-      out.push_back(checkpoint::TensorRecord::flat(kStateNames[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length),
-                                                   p.global_shape, p.offsets(), p.tensor.sizes().vec(), fr.param_offset));
+      out.push_back(checkpoint::TensorRecord::flat(kStateNames[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, length),
+                                                   p.global_shape, p.offsets(), p.real_sizes(), fr.param_offset));
       if (holders.count > 1) out.back().replicated = holders;
     }
   }
@@ -105,11 +108,12 @@ void DistributedOptimizer::load_state(const StateReader& read) {
   for (size_t f = 0; f < fragments_.size(); ++f) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];
-    for (int k = 0; k < 3; ++k) {
-      const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.tensor.sizes().vec());
-      const at::Tensor source = stored ? *stored : (k == kMaster ? p.tensor.detach() : at::Tensor());
+    const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);  // the rest: padding, zeros
+    for (int k = 0; length > 0 && k < 3; ++k) {
+      const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.real_sizes());
+      const at::Tensor source = stored ? *stored : (k == kMaster ? p.real_part(p.tensor.detach()) : at::Tensor());
       if (!source.defined()) continue;
-      shards_[fr.bucket][k].narrow(0, fr.shard_offset, fr.length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, fr.length));
+      shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, length));
     }
     if (const auto step = read("optimizer.step." + p.name, {}, {})) steps_[f].copy_(*step);
   }

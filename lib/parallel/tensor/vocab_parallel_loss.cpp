@@ -34,7 +34,9 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
     const at::Tensor valid = targets != ignore_index;
     const at::Tensor here = valid & (local_target >= 0) & (local_target < real);
     const at::Tensor index = local_target.clamp(0, local - 1).unsqueeze(1);
-    const at::Tensor target_logit = (masked.gather(1, index).squeeze(1) - row_max) * here;
+    // where, not a product: a target on another rank may gather a padding column's -inf here.
+    const at::Tensor target_logit =
+        at::where(here, masked.gather(1, index).squeeze(1) - row_max, at::zeros_like(row_max));
     at::Tensor packed = at::stack({exp.sum(1), target_logit});
     tp.all_reduce(packed, comm::ReduceOp::Sum)->wait();
     const at::Tensor losses = (packed[0].log() - packed[1]) * valid;

@@ -110,16 +110,15 @@ TEST_CASE("logits and loss: log-softmax saved in fp32 - three [T V] fp32 buffers
   CHECK(b2.head_last.forward.peak - b1.head_last.forward.peak == T * (V2 - V1) * (2 + 4 + 4));
 }
 
-TEST_CASE("a tied head's weight gradient waits for the embedding's", "[estimate]") {
+TEST_CASE("a tied head costs no extra activation memory: both gradients go straight into the shared one", "[estimate]") {
   auto shape = cpu_shape(1, 16, 64, 4, 1, 32, 1000, 4);
   const auto untied = model_micro_batch(shape);
   shape.tied_head = true;
   const auto tied = model_micro_batch(shape);
-  CHECK(tied.head_last.backward.net - untied.head_last.backward.net == 1000 * 64 * 4);
-  CHECK(tied.pre_first.backward.net - untied.pre_first.backward.net == -1000 * 64 * 4);
-  // The embedding backward holds the waiting gradient, its own and their sum (the input
-  // gradient [T,H] is freed in between).
-  CHECK(tied.pre_first.backward.peak - untied.pre_first.backward.peak == 1000 * 64 * 4 - 16 * 64 * 4);
+  CHECK(tied.head_last.backward.net == untied.head_last.backward.net);
+  CHECK(tied.head_last.backward.peak == untied.head_last.backward.peak);
+  CHECK(tied.pre_first.backward.net == untied.pre_first.backward.net);
+  CHECK(tied.pre_first.backward.peak == untied.pre_first.backward.peak);
 }
 
 TEST_CASE("MoE: expert activations scale with the routed rows", "[estimate]") {
@@ -167,4 +166,18 @@ TEST_CASE("tensor and sequence parallelism shrink what a rank saves", "[estimate
   }
   CHECK(gathers == 2);
   CHECK(scatters == 2);
+  // Backward (parallel_linear.cpp): each column-parallel block (q/k/v, gate/up) re-gathers its
+  // input behind its input-gradient GEMMs and reduce-scatters that gradient behind its
+  // weight-gradient GEMMs; the row-parallel blocks' output-gradient gathers are exposed.
+  auto behind_counts = [](const Segment& s, CommKind kind) {
+    std::vector<size_t> counts;
+    for (const auto& c : s.costs.comms)
+      if (c.kind == kind) counts.push_back(c.behind.size());
+    return counts;
+  };
+  CHECK(behind_counts(sp4.dense.backward, CommKind::ReduceScatter) == std::vector<size_t>{2, 3});  // gate/up, q/k/v
+  CHECK(behind_counts(sp4.dense.backward, CommKind::AllGather) == std::vector<size_t>{0, 2, 0, 3});
+  CHECK(behind_counts(tp4.dense.backward, CommKind::AllReduce) == std::vector<size_t>{2, 3});
+  CHECK(behind_counts(tp4.dense.forward, CommKind::AllReduce) == std::vector<size_t>{0, 0});
+  CHECK(behind_counts(one.dense.backward, CommKind::AllReduce).empty());
 }

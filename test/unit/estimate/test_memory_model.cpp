@@ -11,11 +11,11 @@ const HardwareProfile& h100() { return builtin_profile("h100-sxm"); }
 }  // namespace
 
 TEST_CASE("tiny-llama on the CPU: the measured peak of the byte-counting allocator", "[estimate]") {
-  // trainer run recipes/tiny-llama.json --cpu (fp32, 803,968 parameters) measured 36,286,700 bytes;
+  // trainer run recipes/tiny-llama.json --cpu (fp32, 803,968 parameters) measured 36,311,320 bytes;
   // test/e2e/test_estimate.cpp repeats the measurement on many configurations.
   const auto loaded = load("tiny-llama.json", {}, 1);
   const auto e = estimate_job(loaded.recipe, *loaded.mesh, nullptr);
-  CHECK(e.peak_bytes == Approx(36286700).epsilon(0.001));
+  CHECK(e.peak_bytes == Approx(36311320).epsilon(0.001));
   CHECK(e.stages.at(0).peak_phase == "LM head and loss backward");
   CHECK_FALSE(e.has_time);
   CHECK(e.device == "cpu");

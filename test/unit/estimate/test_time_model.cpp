@@ -38,6 +38,41 @@ TEST_CASE("GEMM efficiency rises with size toward the profile's maximum", "[esti
         Approx(thin.gemms[0].bytes / (h100().hbm_bytes_per_s * h100().hbm_efficiency)));
 }
 
+TEST_CASE("a collective with GEMMs behind it shows only the time beyond theirs", "[estimate]") {
+  MeshPlacement placement;
+  placement.tp.size = 8;  // one NVLink domain
+  Costs exposed;
+  exposed.comms.push_back(CommOp{CommKind::AllReduce, CommGroup::Tp, 64e6, false, {}});
+  const double comm = segment_time(exposed, h100(), "bf16", placement, false).tp_comm_s;
+  REQUIRE(comm > 0);
+  const GemmShape gemm{4096, 4096, 4096, 2 * 3 * 4096.0 * 4096};
+  const double gemm_s = [&] {
+    Costs c;
+    c.gemms.push_back(gemm);
+    return segment_time(c, h100(), "bf16", placement, false).gemm_s;
+  }();
+  for (int n : {0, 1, 2, 100}) {
+    CAPTURE(n);
+    Costs c = exposed;
+    c.comms[0].behind.assign(size_t(n), gemm);
+    CHECK(segment_time(c, h100(), "bf16", placement, false).tp_comm_s ==
+          Approx(std::max(0.0, comm - n * gemm_s)).margin(1e-15));
+  }
+}
+
+TEST_CASE("tensor parallelism: the backward's input-gradient collectives hide behind weight-gradient GEMMs", "[estimate]") {
+  // Per micro-batch, tp comm without overlap would be the sum of every collective's time; with the
+  // column-parallel backward's overlap it is less, and never negative.
+  for (const std::string sp : {"true", "false"}) {
+    CAPTURE(sp);
+    const auto e = estimate("llama3-8b.json", {"parallel.sequence_parallel=" + sp}, 64);
+    REQUIRE(e.has_time);
+    CHECK(e.time.tp_comm_s > 0);
+    const auto plain = estimate("llama3-8b.json", {"parallel.sequence_parallel=" + sp, "parallel.tp=1"}, 64);
+    CHECK(plain.time.tp_comm_s == 0);
+  }
+}
+
 TEST_CASE("step time: outputs consistent with each other", "[estimate]") {
   const auto e = estimate("llama3-8b.json", {}, 64);
   REQUIRE(e.has_time);

@@ -64,7 +64,9 @@ TEST_CASE("Attention::forward is o_proj of the core of rope(q_proj x) - rope(k_p
   model::Rotary rotary(config.head_dim, config.rope_theta, std::nullopt);
   const int64_t b = 2, t = 5, h = 4, kv = 2, d = 6;
   auto [cos, sin] = rotary.cos_sin(at::arange(t, at::kLong), at::kDouble);
-  const at::Tensor x = model_test::randn({b, t, 16}, 9);
+  // The layer works on [s, b, h] activations; the reference on [b, t, h].
+  const at::Tensor x_sbh = model_test::randn({t, b, 16}, 9);
+  const at::Tensor x = x_sbh.transpose(0, 1);
   auto project = [&](const std::string& name, int64_t heads) {
     return at::matmul(x, param(params, "model.layers.0.self_attn." + name + ".weight").t())
         .view({b, t, heads, d})
@@ -75,6 +77,6 @@ TEST_CASE("Attention::forward is o_proj of the core of rope(q_proj x) - rope(k_p
   const at::Tensor v = project("v_proj", kv);
   const at::Tensor core = naive_attention(q, k, v).transpose(1, 2).reshape({b, t, h * d});
   const at::Tensor ref = at::matmul(core, param(params, "model.layers.0.self_attn.o_proj.weight").t());
-  CHECK(max_relative_error(attention.forward(x, cos, sin, false), ref) < 1e-12);
-  CHECK(max_relative_error(attention.forward(x, cos, sin, true), ref) < 1e-12);
+  CHECK(max_relative_error(attention.forward(x_sbh, cos, sin, false).transpose(0, 1), ref) < 1e-12);
+  CHECK(max_relative_error(attention.forward(x_sbh, cos, sin, true).transpose(0, 1), ref) < 1e-12);
 }

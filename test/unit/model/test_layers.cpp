@@ -28,7 +28,7 @@ TEST_CASE("Linear is x W^T with W of shape out x in - Embedding is a row lookup"
       for (int i = 0; i < 3; ++i) expected += x[n][i].item<double>() * w[o][i].item<double>();
       CHECK(y[n][o].item<double>() == Approx(expected).epsilon(1e-14));
     }
-  model::Embedding embedding(params, "e.weight", 5, 3, {});
+  model::Embedding embedding(params, "e.weight", 5, 5, 3, {});
   const at::Tensor tokens = at::tensor({4, 0, 4, 2}, at::kLong).view({2, 2});
   const at::Tensor e = embedding.forward(tokens);
   CHECK(e.sizes().vec() == std::vector<int64_t>{2, 2, 3});

@@ -190,24 +190,39 @@ TEST_CASE("a shard is the slice of the global tensor", "[model][init]") {
     }
     CHECK(at::equal(at::cat(halves, dim), global));
   }
-  // Equal shards of a dimension that does not split evenly are refused; uneven shards (the last one
-  // of a padded vocabulary) are slices at their offset; a shard outside the shape and a name
-  // registered twice are refused.
+  // Equal shards of a dimension that does not split evenly are refused; uneven shards are slices at
+  // their offset; a shard outside the shape and a name registered twice are refused.
   CHECK_THROWS(model::ShardSpec::even(0, 5, 0, 2, mesh::GroupKind::Tp));
-  // Balanced pieces of 10 over 4: 3, 3, 2, 2 at 0, 3, 6, 8; equal to even() where it divides.
+  // Padded pieces: 10 real rows padded to 16 over 4 ranks are 4 rows each: 4, 4, 2 real + 2
+  // padding, then padding only (at offset 10, length 0).
   for (int64_t r = 0; r < 4; ++r) {
-    const auto b = model::ShardSpec::balanced(0, 10, r, 4, mesh::GroupKind::Tp);
-    CHECK(b.offset == std::vector<int64_t>{0, 3, 6, 8}[size_t(r)]);
-    CHECK(b.length == std::vector<int64_t>{3, 3, 2, 2}[size_t(r)]);
-    CHECK(model::ShardSpec::balanced(1, 12, r, 4, mesh::GroupKind::Tp).offset ==
-          model::ShardSpec::even(1, 12, r, 4, mesh::GroupKind::Tp).offset);
+    const auto b = model::ShardSpec::padded(10, 16, r, 4, mesh::GroupKind::Tp);
+    CHECK(b.offset == std::vector<int64_t>{0, 4, 8, 10}[size_t(r)]);
+    CHECK(b.length == std::vector<int64_t>{4, 4, 2, 0}[size_t(r)]);
+    CHECK(b.padding == std::vector<int64_t>{0, 0, 2, 4}[size_t(r)]);
   }
-  CHECK_THROWS(model::ShardSpec::balanced(0, 3, 0, 4, mesh::GroupKind::Tp));
+  CHECK_THROWS(model::ShardSpec::padded(10, 15, 0, 4, mesh::GroupKind::Tp));  // 15 does not split in 4
+  CHECK_THROWS(model::ShardSpec::padded(10, 8, 0, 4, mesh::GroupKind::Tp));   // shorter than the vocabulary
   model::ParameterSet set(model::ParameterOptions{11, 0.02});
   const model::Parameter& tail = set.create("odd", {5, 4}, model::InitKind::Normal, {model::ShardSpec{0, 3, 2, mesh::GroupKind::Tp}});
   CHECK(tail.offsets() == std::vector<int64_t>{3, 0});
   CHECK(at::equal(tail.tensor, model::global_initial_value(11, "odd", {5, 4}, model::InitKind::Normal, 0.02).narrow(0, 3, 2)));
   CHECK_THROWS(set.create("outside", {5, 4}, model::InitKind::Normal, {model::ShardSpec{1, 3, 2, mesh::GroupKind::Tp}}));
+  // A slice owns storage of its own size: a row slice is not a view keeping the global tensor.
+  const model::Parameter& rows =
+      set.create("rows", {8, 4}, model::InitKind::Normal, {model::ShardSpec::even(0, 8, 1, 4, mesh::GroupKind::Tp)});
+  CHECK(rows.tensor.storage().nbytes() == size_t(2 * 4 * rows.tensor.element_size()));
+  // A padded shard: the real rows of the global value, then zero rows; real_part drops them.
+  const model::Parameter& pad =
+      set.create("pad", {5, 4}, model::InitKind::Normal, {model::ShardSpec::padded(5, 8, 1, 2, mesh::GroupKind::Tp)});
+  CHECK(pad.tensor.sizes().vec() == std::vector<int64_t>{4, 4});
+  CHECK(pad.real_sizes() == std::vector<int64_t>{1, 4});
+  CHECK(pad.real_numel() == 4);
+  CHECK(at::equal(pad.real_part(pad.tensor),
+                  model::global_initial_value(11, "pad", {5, 4}, model::InitKind::Normal, 0.02).narrow(0, 4, 1)));
+  CHECK(at::equal(pad.tensor.narrow(0, 1, 3), at::zeros({3, 4})));
+  CHECK_THROWS(set.create("pad1", {4, 5}, model::InitKind::Normal,
+                          {model::ShardSpec{1, 0, 4, mesh::GroupKind::Tp, 1}}));  // padding along dimension 1
   set.create("w", {4, 4}, model::InitKind::Normal);
   CHECK_THROWS(set.create("w", {4, 4}, model::InitKind::Normal));
 }

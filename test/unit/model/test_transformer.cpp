@@ -167,3 +167,36 @@ TEST_CASE("Transformer loss gradient matches central differences in double for e
       CHECK(max_relative_error(m.parameters().all()[i].tensor.grad(), grads[i]) < 1e-5);
   }
 }
+
+TEST_CASE("a padded vocabulary changes nothing - same logits and loss and gradients - its rows stay zero",
+          "[model][transformer][padding]") {
+  for (bool tie : {false, true}) {
+    CAPTURE(tie);
+    recipe::ModelConfig plain = model_test::tiny_config(tie);  // vocabulary 32, unpadded
+    recipe::ModelConfig padded = plain;
+    padded.make_vocab_size_divisible_by = 128;  // the default: 32 rows padded to 128 at tp 1
+    model::Transformer a = build(plain, at::kDouble), b = build(padded, at::kDouble);
+    const model::Parameter& embed = *b.parameters().find("model.embed_tokens.weight");
+    CHECK(embed.global_shape == std::vector<int64_t>{32, 16});
+    CHECK(embed.tensor.sizes().vec() == std::vector<int64_t>{128, 16});
+    CHECK(embed.real_sizes() == std::vector<int64_t>{32, 16});
+    const at::Tensor inputs = model_test::random_tokens(2, 7, 32, 3);
+    const at::Tensor targets = model_test::random_tokens(2, 7, 32, 4);
+    CHECK(b.logits(inputs).sizes().vec() == std::vector<int64_t>{2, 7, 32});
+    CHECK(max_relative_error(b.logits(inputs), a.logits(inputs)) < 1e-12);
+    const auto la = a.forward(inputs, targets), lb = b.forward(inputs, targets);
+    CHECK(max_relative_error(lb.loss_sum, la.loss_sum) < 1e-12);
+    la.loss_sum.backward();
+    lb.loss_sum.backward();
+    for (const auto& p : b.parameters().all()) {
+      CAPTURE(p.name);
+      const model::Parameter& q = *a.parameters().find(p.name);
+      CHECK(at::equal(p.real_part(p.tensor), q.tensor));
+      CHECK(max_relative_error(p.real_part(p.grad()), q.grad()) < 1e-12);
+      if (p.tensor.size(0) > p.real_sizes()[0]) {
+        CHECK(at::equal(p.tensor.narrow(0, 32, 96), at::zeros({96, 16}, p.tensor.options())));
+        CHECK(at::equal(p.grad().narrow(0, 32, 96), at::zeros({96, 16}, p.tensor.options())));
+      }
+    }
+  }
+}

@@ -55,12 +55,29 @@ TEST_CASE("rule: the MLP width vs tp", "[recipe][rules]") {
                  {"model.intermediate_size=510 is not divisible by parallel.tp=4", "use tp in {1, 2, 3, 5, 6, 10, 15}"});
 }
 
-TEST_CASE("rule: vocabulary vs tp - any vocabulary of at least one row per rank", "[recipe][rules]") {
-  // A vocabulary tp does not divide is split unevenly (the first V % tp ranks hold one row more).
+TEST_CASE("rule: any vocabulary under tp - it is padded and never refused", "[recipe][rules]") {
+  // The embedding and LM head are padded to a multiple of make_vocab_size_divisible_by x tp.
   CHECK(problems_of({"model.vocab_size=1001", "parallel.tp=4"}).empty());
-  CHECK(problems_of({"model.vocab_size=1001"}).empty());
-  expect_problem({"model.vocab_size=3", "parallel.tp=4"}, std::nullopt,
-                 {"model.vocab_size=3 is smaller than parallel.tp=4", "use tp <= 3"});
+  CHECK(problems_of({"model.vocab_size=3", "parallel.tp=4"}).empty());
+  CHECK(problems_of({"model.vocab_size=1001", "parallel.tp=4", "model.make_vocab_size_divisible_by=1"}).empty());
+  const auto zero = problems_of({"model.make_vocab_size_divisible_by=0"});
+  REQUIRE(zero.size() == 1);
+  CHECK(zero[0].find("model.make_vocab_size_divisible_by") != std::string::npos);
+}
+
+TEST_CASE("padded_vocab_size is the next multiple of the divisor times tp", "[recipe][rules]") {
+  trainer::recipe::ModelConfig m;
+  m.vocab_size = 32000;
+  CHECK(m.padded_vocab_size(1) == 32000);  // 250 x 128
+  CHECK(m.padded_vocab_size(3) == 32256);  // 84 x 384
+  m.vocab_size = 255;
+  CHECK(m.padded_vocab_size(1) == 256);
+  CHECK(m.padded_vocab_size(4) == 512);
+  m.make_vocab_size_divisible_by = 1;
+  CHECK(m.padded_vocab_size(1) == 255);
+  CHECK(m.padded_vocab_size(4) == 256);
+  m.vocab_size = 3;
+  CHECK(m.padded_vocab_size(4) == 4);
 }
 
 TEST_CASE("rule: layers vs pp * vpp", "[recipe][rules]") {
