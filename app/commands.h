@@ -12,6 +12,7 @@ CommandAction add_run_command(CLI::App& parent);
 CommandAction add_validate_command(CLI::App& parent);
 CommandAction add_estimate_command(CLI::App& parent);
 CommandAction add_plan_command(CLI::App& parent);
+CommandAction add_schedule_command(CLI::App& parent);
 CommandAction add_ckpt_command(CLI::App& parent);
 CommandAction add_data_command(CLI::App& parent);
 

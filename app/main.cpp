@@ -56,6 +56,7 @@ int run_main(int argc, char** argv) {
   remember(trainer::app::add_validate_command(app));
   remember(trainer::app::add_estimate_command(app));
   remember(trainer::app::add_plan_command(app));
+  remember(trainer::app::add_schedule_command(app));
   remember(trainer::app::add_ckpt_command(app));
   remember(trainer::app::add_data_command(app));
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <fstream>
 
 #include "process.h"
 
@@ -24,6 +25,7 @@ TEST_CASE("trainer --help and every subcommand's --help exit 0", "[cli]") {
                                                                 {"validate", "--help"},
                                                                 {"estimate", "--help"},
                                                                 {"plan", "--help"},
+                                                                {"schedule", "--help"},
                                                                 {"ckpt", "--help"},
                                                                 {"ckpt", "inspect", "--help"},
                                                                 {"ckpt", "export", "--help"},
@@ -184,4 +186,30 @@ TEST_CASE("a rendezvous timeout is one line naming the address - the ranks that 
   CHECK(r.err.find("within 2 s") != std::string::npos);
   CHECK(r.err.find("1/2 clients joined") != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // no C++ stack frames
+}
+
+TEST_CASE("schedule draws a pipeline: text chart - JSON - Chrome trace - bad input exits 2", "[cli][pipeline]") {
+  const auto text = run_trainer({"schedule", "--pp", "4", "--microbatches", "8", "--schedule", "zero_bubble"});
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("stage 3  |") != std::string::npos);
+  CHECK(text.out.find("step time 27") != std::string::npos);  // 24 units of work + pp - 1 idle
+  const auto json = run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "1f1b", "--json"});
+  REQUIRE(json.exit_code == 0);
+  const auto doc = nlohmann::json::parse(json.out);
+  CHECK(doc["stages"][0]["actions"] ==
+        "F0c0 sendF0c0 F1c0 sendF1c0 recvB0c1 B0c0 F2c0 sendF2c0 recvB1c1 B1c0 recvB2c1 B2c0");
+  CHECK(doc["stages"][1]["peak_in_flight_chunks"] == 1);
+  TempDir dir;
+  const std::string trace = dir.path() + "/t.json";
+  REQUIRE(run_trainer({"schedule", "--pp", "4", "--vpp", "2", "--microbatches", "8", "--schedule", "interleaved_1f1b",
+                       "--trace", trace})
+              .exit_code == 0);
+  std::ifstream in(trace);
+  const auto events = nlohmann::json::parse(in)["traceEvents"];
+  CHECK(events.size() >= size_t(4 * 8 * 2 * 2));  // a forward and a backward per micro-batch, chunk and stage
+  CHECK(run_trainer({"schedule", "--pp", "3", "--vpp", "2", "--microbatches", "2", "--schedule", "interleaved_1f1b"})
+            .exit_code == 2);
+  CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "nope"}).exit_code == 2);
+  CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "1f1b", "--costs", "1,x"}).exit_code == 2);
 }
