@@ -11,6 +11,11 @@ Schedule parse_schedule(const std::string& name) {
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
   if (name == "interleaved_1f1b") return Schedule::Interleaved;
+  // Until the estimator runs the simulator (lib/parallel/pipeline/simulate.h): zero-bubble holds
+  // 1F1B's activations (its smaller bubble is not credited); zbv holds two chunks per stage like
+  // interleaving with vpp 2.
+  if (name == "zero_bubble") return Schedule::OneFOneB;
+  if (name == "zbv") return Schedule::Interleaved;
   throw std::invalid_argument(fmt::format("unknown pipeline schedule \"{}\"", name));
 }
 

@@ -53,6 +53,7 @@ class Linear {
   // Column-parallel linears over one input, with one tp communication for all of them.
   static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears);
   const at::Tensor& weight() const { return param_->tensor; }
+  const Parameter& parameter() const { return *param_; }
 
  private:
   Parameter* param_ = nullptr;

@@ -44,26 +44,48 @@ Transformer::Transformer(const ModelOptions& options)
     : options_(options),
       params_(ParameterOptions{options.seed, options.config.initializer_range, options.dtype, options.device}) {
   const auto& c = options.config;
+  chunks_ = options.chunks;
+  if (chunks_.empty()) chunks_.push_back(ChunkLayout{0, c.num_hidden_layers, true, true});
   const int64_t padded_vocab = c.padded_vocab_size(options.tp.size);
-  embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers_.emplace_back(params_, i, c, options.tp);
-  final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
-  if (c.tie_word_embeddings)
-    lm_head_ = Linear(params_, embed_.parameter(), options.tp);
-  else
-    lm_head_ = Linear::lm_head(params_, "lm_head.weight", c.hidden_size, c.vocab_size, padded_vocab, options.tp);
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const ChunkLayout& chunk = chunks_[k];
+    if (chunk.first_layer < 0 || chunk.end_layer < chunk.first_layer || chunk.end_layer > c.num_hidden_layers ||
+        (k > 0 && chunk.first_layer < chunks_[k - 1].end_layer))
+      throw std::logic_error(fmt::format("model chunk {} holds layers [{}, {}) of {}, out of order", k,
+                                         chunk.first_layer, chunk.end_layer, c.num_hidden_layers));
+    const size_t before = params_.all().size();
+    if (chunk.embedding)
+      embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
+    for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+      layers_.emplace_back(params_, i, c, options.tp);
+      layer_index_.push_back(i);
+    }
+    if (chunk.head) {
+      final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
+      if (c.tie_word_embeddings && !chunks_.front().embedding)
+        throw std::logic_error("a tied LM head needs the embedding on the same rank (tied embeddings across pipeline "
+                               "stages are not supported yet)");
+      if (c.tie_word_embeddings)
+        lm_head_ = Linear(params_, embed_.parameter(), options.tp);
+      else
+        lm_head_ = Linear::lm_head(params_, "lm_head.weight", c.hidden_size, c.vocab_size, padded_vocab, options.tp);
+    }
+    for (size_t i = before; i < params_.all().size(); ++i) params_.all()[i].chunk = int64_t(k);
+  }
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
 }
 
-at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_loss) const {
-  const int64_t t = inputs.size(1);
-  const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
-  auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
-  // Activations are [s, b, h] from here on (sequence chunks contiguous for sequence parallelism).
-  at::Tensor x = embed_.forward(inputs.t());
-  at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
+bool Transformer::whole_model() const {
+  return chunks_.size() == 1 && chunks_[0].embedding && chunks_[0].head && chunks_[0].first_layer == 0 &&
+         chunks_[0].end_layer == options_.config.num_hidden_layers;
+}
+
+at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
+                                   at::Tensor* aux) const {
   const bool selective = options_.recompute == Recompute::Selective;
-  for (const auto& layer : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
+    const DecoderLayer& layer = layers_[i];
     if (options_.recompute == Recompute::Full) {
       // Keep only the layer input; everything inside is recomputed in backward.
       const bool moe = layer.is_moe();
@@ -74,27 +96,60 @@ at::Tensor Transformer::hidden_states(const at::Tensor& inputs, at::Tensor* aux_
           },
           {x});
       x = outputs[0];
-      if (moe) aux = aux + outputs[1];
+      if (moe) *aux = *aux + outputs[1];
     } else {
       auto [h, layer_aux] = layer.forward(x, cos, sin, selective);
       x = h;
-      if (layer_aux.defined()) aux = aux + layer_aux;
+      if (layer_aux.defined()) *aux = *aux + layer_aux;
     }
   }
-  if (aux_loss) *aux_loss = aux;
-  return final_norm_.forward(x);
+  return x;
+}
+
+at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
+                                      const at::Tensor& targets, ForwardOutput* out) const {
+  const ChunkLayout& layout = chunks_.at(size_t(chunk));
+  const int64_t t = inputs.size(1);
+  const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
+  auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
+  // Activations are [s, b, h] (sequence chunks contiguous for sequence parallelism).
+  if (!layout.embedding && !hidden.defined())
+    throw std::logic_error(fmt::format("model chunk {} starts at layer {}: it needs the previous chunk's output", chunk,
+                                       layout.first_layer));
+  at::Tensor x = layout.embedding ? embed_.forward(inputs.t()) : hidden;
+  at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
+  x = run_layers(layout, x, cos, sin, &aux);
+  if (out) out->aux_loss = aux;
+  if (!layout.head) return x;
+  ForwardOutput local;
+  ForwardOutput* result = out ? out : &local;
+  result->aux_loss = aux;
+  return loss(x, targets, result);
 }
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   if (options_.tp.size > 1)
     throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
-  const at::Tensor padded = lm_head_.forward(hidden_states(inputs, nullptr));
+  if (!whole_model()) throw std::logic_error("Transformer::logits needs the whole model on this rank");
+  const ChunkLayout& layout = chunks_[0];
+  const int64_t t = inputs.size(1);
+  const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
+  auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
+  at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
+  const at::Tensor h = final_norm_.forward(run_layers(layout, embed_.forward(inputs.t()), cos, sin, &aux));
+  const at::Tensor padded = lm_head_.forward(h);
   return padded.narrow(-1, 0, options_.config.vocab_size).transpose(0, 1).contiguous();
 }
 
 ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& targets) const {
+  if (!whole_model()) throw std::logic_error("Transformer::forward needs the whole model on this rank; use forward_chunk");
   ForwardOutput out;
-  const at::Tensor h = hidden_states(inputs, &out.aux_loss);
+  forward_chunk(0, at::Tensor(), inputs, targets, &out);
+  return out;
+}
+
+at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
+  const at::Tensor h = final_norm_.forward(x);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
   // whole sequence (gathered from the sequence-parallel chunks). Logits are [s, b, V_local].
   const at::Tensor logits = lm_head_.forward(h);
@@ -104,16 +159,16 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
   if (options_.tp.size == 1) {
     // Padding columns (vocabulary padded past vocab_size) take no part in the softmax.
     if (flat.size(1) > options_.config.vocab_size) flat = flat.narrow(1, 0, options_.config.vocab_size);
-    out.loss_sum = at::cross_entropy_loss(flat, flat_targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
+    out->loss_sum = at::cross_entropy_loss(flat, flat_targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
   } else {
     // Vocabulary-parallel cross-entropy: max, sum-exp and target logit reduced over tp.
-    const ShardSpec& rows = embed_.parameter().shards.at(0);
-    out.loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, flat_targets, rows.offset,
-                                                              options_.config.vocab_size, kIgnoreIndex,
-                                                              *options_.tp.group);
+    const ShardSpec& rows = lm_head_.parameter().shards.at(0);
+    out->loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, flat_targets, rows.offset,
+                                                               options_.config.vocab_size, kIgnoreIndex,
+                                                               *options_.tp.group);
   }
-  out.tokens = targets.numel();
-  return out;
+  out->tokens = targets.numel();
+  return out->loss_sum;
 }
 
 }  // namespace trainer::model

@@ -24,8 +24,18 @@ constexpr int64_t kIgnoreIndex = -100;
 enum class Recompute { None, Selective, Full };
 Recompute parse_recompute(const std::string& name);
 
+// One model chunk a pipeline stage holds: decoder layers [first_layer, end_layer), with the
+// embedding when it is the model's first chunk and the final norm, LM head and loss when it is its
+// last.
+struct ChunkLayout {
+  int64_t first_layer = 0, end_layer = 0;
+  bool embedding = false, head = false;
+};
+
 struct ModelOptions {
   recipe::ModelConfig config;
+  // The chunks this rank holds, in model order; empty: one chunk, the whole model.
+  std::vector<ChunkLayout> chunks;
   uint64_t seed = 0;
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
@@ -62,24 +72,42 @@ class Transformer {
   Transformer& operator=(const Transformer&) = delete;
   Transformer(Transformer&&) = default;
 
-  // inputs, targets: int64 [B, T] token ids on the model's device; targets may be kIgnoreIndex.
+  // The whole model (one chunk holding everything). inputs, targets: int64 [B, T] token ids on the
+  // model's device; targets may be kIgnoreIndex.
   ForwardOutput forward(const at::Tensor& inputs, const at::Tensor& targets) const;
   // Logits [B, T, vocab] (batch-major, as Hugging Face) in the model dtype (for evaluation and interchange tests).
   at::Tensor logits(const at::Tensor& inputs) const;
+
+  // Local chunk `chunk` (0-based among this rank's chunks, as Parameter::chunk counts): from the
+  // tokens (first model chunk) or `hidden` [s, b, h] (the previous chunk's output) to the hidden
+  // state for the next chunk, or for the model's last chunk to the loss sum (`out` gets the loss,
+  // the MoE loss and the token count). `inputs` [B, T] give the sequence length; `targets` are
+  // needed by the last chunk only.
+  at::Tensor forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, const at::Tensor& targets,
+                           ForwardOutput* out) const;
+  int64_t chunks() const { return int64_t(chunks_.size()); }
+  const ChunkLayout& chunk_layout(int64_t chunk) const { return chunks_.at(size_t(chunk)); }
 
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   const ModelOptions& options() const { return options_; }
 
  private:
-  at::Tensor hidden_states(const at::Tensor& inputs, at::Tensor* aux_loss) const;
+  bool whole_model() const;
+  // The chunk's decoder layers on x; MoE losses added to *aux.
+  at::Tensor run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
+                        at::Tensor* aux) const;
+  // Final norm, LM head and the loss over the vocabulary (parallel under tp).
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const;
 
   ModelOptions options_;
   ParameterSet params_;
-  Embedding embed_;
-  std::vector<DecoderLayer> layers_;
-  RmsNorm final_norm_;
-  Linear lm_head_;  // over the embedding's parameter when tied
+  std::vector<ChunkLayout> chunks_;
+  Embedding embed_;                  // on the model's first chunk
+  std::vector<DecoderLayer> layers_;  // this rank's, in model order
+  std::vector<int64_t> layer_index_;  // their model indices
+  RmsNorm final_norm_;               // on the model's last chunk
+  Linear lm_head_;                   // there too; over the embedding's parameter when tied
   Rotary rotary_;
 };
 

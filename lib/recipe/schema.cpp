@@ -136,8 +136,9 @@ std::vector<KeySpec> build_schema() {
   s.push_back(between(key("parallel.zero", K::Integer, 0,
                           "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters, "
                           "over the data- and context-parallel ranks."), 0, 3));
-  s.push_back(one_of(key("parallel.pipeline_schedule", K::String, "1f1b", "Pipeline schedule."),
-                     {"gpipe", "1f1b", "interleaved_1f1b"}));
+  s.push_back(one_of(key("parallel.pipeline_schedule", K::String, "1f1b",
+                         "Pipeline schedule (docs/distributed.md#pipeline-schedules; `trainer schedule` draws it)."),
+                     {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"}));
   s.push_back(positive(key("parallel.grad_bucket_mb", K::Number, 40.0,
                            "Size of the data-parallel gradient buckets in MiB; each bucket's reduction starts as "
                            "soon as its last gradient is ready.")));

@@ -108,14 +108,18 @@ class Checker {
       add("parallel.grad_reduce_dtype=\"bf16\" needs training.dtype=\"bf16\" (found \"{}\"); an {} run accumulates "
           "and reduces its gradients in fp32: remove the setting",
           t.dtype, t.dtype);
-    if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b")
-      add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"{}\"; set vpp=1 or use "
-          "the interleaved schedule",
+    if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b" && p.pipeline_schedule != "zbv")
+      add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\" (or \"zbv\" with vpp 2), found "
+          "\"{}\"; set vpp=1 or use the interleaved schedule",
           p.vpp, p.pipeline_schedule);
     if (p.pipeline_schedule == "interleaved_1f1b" && (p.vpp < 2 || p.pp < 2))
       add("parallel.pipeline_schedule=\"interleaved_1f1b\" needs parallel.pp >= 2 and parallel.vpp >= 2, found "
           "pp={} vpp={}; use pipeline_schedule \"1f1b\" or raise them",
           p.pp, p.vpp);
+    if (p.pipeline_schedule == "zbv" && p.vpp != 2)
+      add("parallel.pipeline_schedule=\"zbv\" places two model chunks on each stage in a V, found parallel.vpp={}; "
+          "set vpp=2",
+          p.vpp);
     if (p.cp > 1) {
       if (t.seq_len % (2 * p.cp) != 0)
         add("training.seq_len={} is not divisible by 2 * parallel.cp = {} (the sequence is split into 2*cp chunks "
@@ -173,10 +177,6 @@ class Checker {
       add("parallel.pp={} needs at least {} micro-batches per step to fill the pipeline, but training.global_batch_"
           "size={} / (micro_batch_size {} * dp {}) = {}; use global_batch_size >= {}",
           p.pp, p.pp, global, t.micro_batch_size, dp, microbatches, per_step * p.pp);
-    else if (p.pipeline_schedule == "interleaved_1f1b" && p.pp > 1 && microbatches % p.pp != 0)
-      add("parallel.pipeline_schedule=\"interleaved_1f1b\" needs the micro-batches per step ({} = global_batch_"
-          "size {} / (micro_batch_size {} * dp {})) to be a multiple of parallel.pp={}; use global_batch_size {}",
-          microbatches, global, t.micro_batch_size, dp, p.pp, nearest_multiples(global, per_step * p.pp));
   }
 
   void training_rules() {

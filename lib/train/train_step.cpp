@@ -9,8 +9,14 @@ namespace trainer::train {
 
 TrainStep::TrainStep(model::Transformer& model, OptimizerDriver& optimizer, const data::Dataset& dataset,
                      const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
-                     c10::Device device)
-    : model_(model), optimizer_(optimizer), dataset_(dataset), recipe_(recipe), mesh_(mesh), groups_(groups),
+                     const PipelinePlan& pipeline, c10::Device device)
+    : model_(model),
+      optimizer_(optimizer),
+      dataset_(dataset),
+      recipe_(recipe),
+      mesh_(mesh),
+      groups_(groups),
+      pipeline_(pipeline),
       device_(device) {}
 
 void all_reduce_scalars(comm::Communicator& group, std::vector<at::Tensor*> values) {
@@ -41,8 +47,14 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   const at::Tensor divisor = at::clamp_min(f.real_tokens, 1.0).to(at::kFloat);
 
   const double aux_coef = recipe_.model.moe ? recipe_.model.moe->router_aux_loss_coef : 0.0;
-  auto forward = [&](int64_t m, int64_t) {
-    const model::ForwardOutput out = model_.forward(batches[size_t(m)].inputs, batches[size_t(m)].targets);
+  const int64_t last_chunk = pipeline_.model_chunks() - 1;
+  // Model chunk c of micro-batch m: the hidden state for the next chunk, or the loss as backward
+  // sees it on the model's last chunk.
+  auto forward = [&](int64_t m, int64_t c, const at::Tensor& input) {
+    const MicroBatch& mb = batches[size_t(m)];
+    model::ForwardOutput out;
+    const at::Tensor y = model_.forward_chunk(pipeline_.local_chunk(c), input, mb.inputs, mb.targets, &out);
+    if (c != last_chunk) return y;
     f.loss_sum += out.loss_sum.detach();
     f.aux_sum += out.aux_loss.detach();
     at::Tensor loss = out.loss_sum / divisor;
@@ -50,14 +62,25 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     return loss;
   };
   parallel::StepExecutor::GradientHooks hooks;
-  hooks.begin_backward = [this](int64_t chunk, bool last) { optimizer_.begin_backward(chunk, last); };
-  hooks.end_backward = [this](int64_t chunk) { optimizer_.end_backward(chunk); };
-  parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads());
+  hooks.begin_backward = [this](int64_t c, bool last) { optimizer_.begin_backward(pipeline_.local_chunk(c), last); };
+  hooks.end_backward = [this](int64_t c) { optimizer_.end_backward(pipeline_.local_chunk(c)); };
+  parallel::PipelineLinks links;
+  if (mesh_.pp > 1) {
+    links.group = &groups_.get(mesh::GroupKind::Pp);
+    links.peer = [spec = pipeline_.spec](const parallel::Action& a) { return parallel::peer_stage(spec, a); };
+    // [s, b, h] activations; with sequence parallelism each tp rank sends its sequence shard.
+    const int64_t tp = recipe_.parallel.sequence_parallel ? mesh_.tp : 1;
+    links.shape = {recipe_.training.seq_len / mesh_.cp / tp, batch, recipe_.model.hidden_size};
+    links.options = at::TensorOptions().dtype(model_.options().dtype).device(device_);
+  }
+  parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
 
   optimizer_.begin_step();
-  executor.run(parallel::single_stage_schedule(accumulation));
+  executor.run(parallel::stage_schedule(pipeline_.spec, pipeline_.stage));
   optimizer_.finish_gradients();
   all_reduce_scalars(dp, {&f.loss_sum, &f.aux_sum});
+  // The loss lives on the stage of the model's last chunk: every stage gets it.
+  if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});
   f.grad_norm = optimizer_.grad_norm();
   return f;
 }

@@ -13,6 +13,7 @@
 #include "model/transformer.h"
 #include "recipe/load.h"
 #include "train/optimizer_driver.h"
+#include "train/pipeline_plan.h"
 
 namespace trainer::train {
 
@@ -28,7 +29,7 @@ class TrainStep {
  public:
   TrainStep(model::Transformer& model, OptimizerDriver& optimizer, const data::Dataset& dataset,
             const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
-            c10::Device device);
+            const PipelinePlan& pipeline, c10::Device device);
 
   // Gradients of the global batch that starts at sample `consumed_samples`, reduced; the norm.
   StepFigures compute_gradients(int64_t consumed_samples);
@@ -40,6 +41,7 @@ class TrainStep {
   const recipe::Recipe& recipe_;
   const recipe::MeshShape& mesh_;
   const mesh::ProcessGroups& groups_;
+  const PipelinePlan& pipeline_;
   c10::Device device_;
 };
 

@@ -36,8 +36,10 @@ c10::Device training_device(const TrainOptions& options) {
   return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.local_rank));
 }
 
-model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, const mesh::ProcessGroups& groups) {
+model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, const mesh::ProcessGroups& groups,
+                                  const PipelinePlan& pipeline) {
   model::ModelOptions options;
+  options.chunks = pipeline.chunks;
   options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
                 r.parallel.sequence_parallel};
   options.config = r.model;
@@ -69,7 +71,8 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   const std::unique_ptr<data::Dataset> dataset = data::open_dataset(r);
   const std::unique_ptr<data::Dataset> held_out = r.evaluation.interval > 0 ? data::open_evaluation_dataset(r) : nullptr;
 
-  model::Transformer model(model_options(r, device, groups));
+  const PipelinePlan pipeline = plan_pipeline(r, mesh, groups.coordinates().pp);
+  model::Transformer model(model_options(r, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);
   StepLog log(loaded, model, device, groups.global_rank() == 0 ? options.log : nullptr);
@@ -89,7 +92,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     return content;
   };
   saver.reserve(state());
-  TrainStep step(model, optimizer, *dataset, r, mesh, groups, device);
+  TrainStep step(model, optimizer, *dataset, r, mesh, groups, pipeline, device);
   StopVote stop_vote(groups.world(), device);
   TrainSummary summary;
   summary.first_step = progress.step;

@@ -10,6 +10,8 @@
 
 namespace trainer::parallel {
 
+using K = Action::Kind;
+
 void backward_from(const at::Tensor& output, const at::Tensor& grad) {
   // The engine checks the gradient against the shape recorded in the graph, not output's data.
   torch::autograd::Engine::get_default_engine().execute({torch::autograd::impl::gradient_edge(output)}, {grad},
@@ -17,49 +19,159 @@ void backward_from(const at::Tensor& output, const at::Tensor& grad) {
                                                         /*accumulate_grad=*/true, /*outputs=*/{});
 }
 
-StepExecutor::StepExecutor(ChunkForward forward, GradientHooks hooks, model::WeightGradQueue* weight_grads)
-    : forward_(std::move(forward)), hooks_(std::move(hooks)), weight_grads_(weight_grads) {}
+StepExecutor::StepExecutor(ChunkForward forward, GradientHooks hooks, model::WeightGradQueue* weight_grads,
+                           int64_t model_chunks, PipelineLinks links)
+    : forward_(std::move(forward)),
+      hooks_(std::move(hooks)),
+      weight_grads_(weight_grads),
+      model_chunks_(model_chunks),
+      links_(std::move(links)) {}
+
+namespace {
+bool is_receive(K kind) { return kind == K::RecvForward || kind == K::RecvBackward; }
+bool is_send(K kind) { return kind == K::SendForward || kind == K::SendBackward; }
+bool carries_gradient(K kind) { return kind == K::SendBackward || kind == K::RecvBackward; }
+}  // namespace
 
 void StepExecutor::run(const std::vector<Action>& actions) {
   check_schedule(actions);
+  local_.assign(size_t(model_chunks_), false);
   std::map<int64_t, size_t> last_backward;  // chunk -> index of its last (input) backward
-  for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].kind == Action::Kind::Backward || actions[i].kind == Action::Kind::BackwardInput)
-      last_backward[actions[i].chunk] = i;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    const std::pair<int64_t, int64_t> key{a.micro_batch, a.chunk};
+    if (a.chunk < 0 || a.chunk >= model_chunks_)
+      throw std::logic_error(fmt::format("{}: the model has {} chunks", to_string(a), model_chunks_));
+    if (is_compute(a.kind)) local_[size_t(a.chunk)] = true;
+    if (a.kind == K::Backward || a.kind == K::BackwardInput) last_backward[a.chunk] = i;
+    if ((is_send(a.kind) || is_receive(a.kind)) && !links_.group)
+      throw std::logic_error(fmt::format("{}: a schedule with sends and receives needs the pipeline group", to_string(a)));
+  }
+  // Each receive is posted when the compute action before the one that needs it starts.
+  size_t posted = 0;
+  auto post_through = [&](size_t end) {
+    for (; posted < end && posted < actions.size(); ++posted)
+      if (is_receive(actions[posted].kind)) post_receive(actions[posted]);
+  };
+  auto next_compute_after = [&](size_t i) {
+    size_t j = i + 1;
+    while (j < actions.size() && !is_compute(actions[j].kind)) ++j;
+    return j;
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (is_compute(a.kind)) post_through(next_compute_after(i));
     switch (a.kind) {
-      case Action::Kind::Forward:
-        outputs_[key] = forward_(a.micro_batch, a.chunk);
-        break;
-      case Action::Kind::Backward:
-      case Action::Kind::BackwardInput:
-        backward(a, i == last_backward[a.chunk], a.kind == Action::Kind::BackwardInput);
-        break;
-      case Action::Kind::BackwardWeight:
+      case K::Forward: forward(a); break;
+      case K::Backward:
+      case K::BackwardInput: backward(a, i == last_backward[a.chunk], a.kind == K::BackwardInput); break;
+      case K::BackwardWeight: {
+        const Key key{a.micro_batch, a.chunk};
         weight_grads_->run_oldest(deferred_.at(key));
         deferred_.erase(key);
         break;
+      }
+      case K::SendForward:
+      case K::SendBackward: send(a); break;
+      case K::RecvForward:
+      case K::RecvBackward:
+        post_through(i + 1);
+        finish_receive(a);
+        break;
     }
   }
+  for (auto& s : sends_) s.work->wait();
+  sends_.clear();
+  inputs_.clear();
+  output_grads_.clear();
+}
+
+void StepExecutor::forward(const Action& a) {
+  const Key key{a.micro_batch, a.chunk};
+  at::Tensor input;
+  if (auto it = inputs_.find(key); it != inputs_.end()) input = it->second;
+  if (a.chunk > 0 && !input.defined())
+    throw std::logic_error(fmt::format("{}: no input arrived for model chunk {}", to_string(a), a.chunk));
+  const at::Tensor output = forward_(a.micro_batch, a.chunk, input);
+  outputs_[key] = output;
+  // The next chunk on this stage takes the output directly, cut from this chunk's graph so that
+  // the two backwards run as separate actions.
+  if (a.chunk + 1 < model_chunks_ && local_[size_t(a.chunk + 1)])
+    inputs_[{a.micro_batch, a.chunk + 1}] = output.detach().requires_grad_(true);
 }
 
 void StepExecutor::backward(const Action& a, bool last, bool split) {
-  const std::pair<int64_t, int64_t> key{a.micro_batch, a.chunk};
+  const Key key{a.micro_batch, a.chunk};
   const at::Tensor output = outputs_.at(key);
   outputs_.erase(key);
   if (split && !weight_grads_)
     throw std::logic_error(fmt::format("{}: a split backward needs the model's weight-gradient queue", to_string(a)));
+  at::Tensor grad;
+  if (a.chunk == model_chunks_ - 1) {
+    grad = at::ones_like(output);
+  } else if (auto it = output_grads_.find(key); it != output_grads_.end()) {
+    grad = it->second;
+    output_grads_.erase(it);
+  } else {
+    // The next chunk is on this stage: its input's gradient.
+    const auto next = inputs_.find({a.micro_batch, a.chunk + 1});
+    if (next == inputs_.end() || !next->second.grad().defined())
+      throw std::logic_error(fmt::format("{}: no gradient arrived for the output of model chunk {}", to_string(a), a.chunk));
+    grad = next->second.grad();
+    inputs_.erase(next);
+  }
   if (hooks_.begin_backward) hooks_.begin_backward(a.chunk, last);
   const size_t before = weight_grads_ ? weight_grads_->pending() : 0;
   if (split) weight_grads_->set_deferring(true);
-  backward_from(output, at::ones_like(output));
+  backward_from(output, grad);
   if (split) {
     weight_grads_->set_deferring(false);
     deferred_[key] = weight_grads_->pending() - before;
   }
   if (hooks_.end_backward) hooks_.end_backward(a.chunk);
+}
+
+int64_t StepExecutor::tag(const Action& a) const {
+  // (direction, chunk, micro-batch): unique within a step, below 2^31 for up to 1024 chunks and
+  // 2^20 micro-batches.
+  return ((int64_t(carries_gradient(a.kind)) * model_chunks_ + a.chunk) << 20) + a.micro_batch;
+}
+
+void StepExecutor::send(const Action& a) {
+  const Key key{a.micro_batch, a.chunk};
+  at::Tensor data;
+  if (a.kind == K::SendForward) {
+    data = outputs_.at(key).detach();
+  } else {
+    const auto it = inputs_.find(key);
+    if (it == inputs_.end() || !it->second.grad().defined())
+      throw std::logic_error(fmt::format("{}: the input gradient of model chunk {} is missing", to_string(a), a.chunk));
+    data = it->second.grad();
+    inputs_.erase(it);
+  }
+  data = data.contiguous();
+  std::vector<comm::P2POp> ops{{comm::P2POp::Kind::Send, data, links_.peer(a), tag(a)}};
+  sends_.push_back(Pending{links_.group->send_recv(ops), data});
+}
+
+void StepExecutor::post_receive(const Action& a) {
+  const auto id = std::make_pair(carries_gradient(a.kind), Key{a.micro_batch, a.chunk});
+  if (receives_.count(id)) return;
+  at::Tensor buffer = at::empty(links_.shape, links_.options);
+  std::vector<comm::P2POp> ops{{comm::P2POp::Kind::Recv, buffer, links_.peer(a), tag(a)}};
+  receives_[id] = Pending{links_.group->send_recv(ops), buffer};
+}
+
+void StepExecutor::finish_receive(const Action& a) {
+  const auto id = std::make_pair(carries_gradient(a.kind), Key{a.micro_batch, a.chunk});
+  auto it = receives_.find(id);
+  if (it == receives_.end()) throw std::logic_error(fmt::format("{}: the receive was never posted", to_string(a)));
+  it->second.work->wait();
+  at::Tensor data = it->second.buffer;
+  receives_.erase(it);
+  if (a.kind == K::RecvForward)
+    inputs_[{a.micro_batch, a.chunk + 1}] = data.requires_grad_(true);  // chunk c's output is c + 1's input
+  else
+    output_grads_[{a.micro_batch, a.chunk - 1}] = data;  // chunk c's input gradient is c - 1's output gradient
 }
 
 }  // namespace trainer::parallel

@@ -1,11 +1,17 @@
 #pragma once
 // The step executor (DESIGN.md section 4): runs one step's list of actions (schedule.h) on this
-// rank. A forward action calls the caller's chunk forward, which builds the micro-batch and
-// returns the chunk's output (for the last chunk: the loss as backward should see it, a scalar);
-// the executor keeps it until its backward, which starts from that output through the autograd
-// engine directly with the output's gradient (ones for the loss; the gradient received from the
-// next stage with pipelining): like Megatron's custom_backward, this needs only the output's graph
-// node, not its data, so a stage can free an output's data once it is sent.
+// rank. A forward action calls the caller's chunk forward with the chunk's input (undefined for
+// the model's first chunk; otherwise the activation received from the previous stage or handed
+// over by the previous chunk on this stage, as a leaf that requires grad) and keeps the chunk's
+// output until its backward: the hidden state for the next chunk, or for the model's last chunk
+// the loss as backward should see it (a scalar). Backward starts from that output through the
+// autograd engine directly with the output's gradient (ones for the loss; the gradient received
+// from the next stage, or the next local chunk's input gradient): like Megatron's
+// custom_backward, this needs only the output's graph node, not its data.
+//
+// Sends are posted and never waited on until the end of the step; a receive is posted one compute
+// action ahead of the one that needs it, so its transfer overlaps that computation. Activations and
+// their gradients travel with tags (direction, model chunk, micro-batch).
 //
 // Around each backward the gradient buffers learn the chunk and whether it is the chunk's last
 // micro-batch of the step (the one whose gradients get reduced). Zero-bubble's split backward
@@ -15,8 +21,10 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "model/weight_grad_queue.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -25,28 +33,57 @@ namespace trainer::parallel {
 // Backward from `output` with its incoming gradient through the autograd engine; frees the graph.
 void backward_from(const at::Tensor& output, const at::Tensor& grad);
 
+// How a pipeline stage reaches its neighbours. Without a group (one stage) the schedule may hold
+// no sends or receives.
+struct PipelineLinks {
+  comm::Communicator* group = nullptr;          // the pipeline group; its rank is the stage
+  std::function<int64_t(const Action&)> peer;   // the stage on the other side of a send or receive
+  std::vector<int64_t> shape;                   // every activation and activation gradient
+  at::TensorOptions options;
+};
+
 class StepExecutor {
  public:
-  using ChunkForward = std::function<at::Tensor(int64_t micro_batch, int64_t chunk)>;
+  // (micro-batch, model chunk, input) -> output.
+  using ChunkForward = std::function<at::Tensor(int64_t micro_batch, int64_t chunk, const at::Tensor& input)>;
   struct GradientHooks {
-    std::function<void(int64_t chunk, bool last)> begin_backward;
+    std::function<void(int64_t chunk, bool last)> begin_backward;  // model chunk
     std::function<void(int64_t chunk)> end_backward;
   };
 
+  // `model_chunks`: the number of chunks of the whole model (the last one returns the loss);
   // `weight_grads` is needed only for BackwardInput/BackwardWeight actions.
-  StepExecutor(ChunkForward forward, GradientHooks hooks, model::WeightGradQueue* weight_grads);
+  StepExecutor(ChunkForward forward, GradientHooks hooks, model::WeightGradQueue* weight_grads,
+               int64_t model_chunks = 1, PipelineLinks links = {});
 
-  // Runs the actions in order (check_schedule must accept them).
+  // Runs the actions in order (check_schedule must accept them); returns when every send is done.
   void run(const std::vector<Action>& actions);
 
  private:
-  void backward(const Action& action, bool last, bool split);
+  using Key = std::pair<int64_t, int64_t>;  // (micro-batch, model chunk)
+  void forward(const Action& a);
+  void backward(const Action& a, bool last, bool split);
+  void send(const Action& a);
+  void post_receive(const Action& a);
+  void finish_receive(const Action& a);
+  int64_t tag(const Action& a) const;
 
   ChunkForward forward_;
   GradientHooks hooks_;
   model::WeightGradQueue* weight_grads_;
-  std::map<std::pair<int64_t, int64_t>, at::Tensor> outputs_;  // (micro-batch, chunk) -> output awaiting backward
-  std::map<std::pair<int64_t, int64_t>, size_t> deferred_;     // weight-gradient works queued by each B
+  int64_t model_chunks_;
+  PipelineLinks links_;
+  std::map<Key, at::Tensor> outputs_;      // chunk outputs awaiting their backward
+  std::map<Key, at::Tensor> inputs_;       // chunk inputs (leaves) awaiting their forward, then their gradient
+  std::map<Key, at::Tensor> output_grads_; // received gradients of chunk outputs
+  std::map<Key, size_t> deferred_;         // weight-gradient works queued by each B
+  struct Pending {
+    std::unique_ptr<comm::Work> work;
+    at::Tensor buffer;
+  };
+  std::map<std::pair<bool, Key>, Pending> receives_;  // (is gradient, key of the data) -> posted receive
+  std::vector<Pending> sends_;
+  std::vector<bool> local_;  // per model chunk: computed on this stage
 };
 
 }  // namespace trainer::parallel

@@ -30,7 +30,7 @@ std::vector<at::Tensor> run(const std::vector<parallel::Action>& actions, std::v
                             bool check_deferred = false) {
   model::Transformer m = tiny_model();
   const at::Tensor tokens = model_test::random_tokens(2, 9, 32, 5);
-  auto forward = [&](int64_t micro, int64_t) {
+  auto forward = [&](int64_t micro, int64_t, const at::Tensor&) {
     const at::Tensor in = tokens.narrow(0, micro, 1);
     return m.forward(in.narrow(1, 0, 8), in.narrow(1, 1, 8)).loss_sum / 16.0;
   };
@@ -76,7 +76,7 @@ TEST_CASE("the executor's single-stage step equals plain autograd - split backwa
 TEST_CASE("weight gradients wait for W while input gradients and norm gradients come with B", "[parallel][executor]") {
   model::Transformer m = tiny_model();
   const at::Tensor tokens = model_test::random_tokens(1, 9, 32, 5);
-  auto forward = [&](int64_t, int64_t) { return m.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)).loss_sum; };
+  auto forward = [&](int64_t, int64_t, const at::Tensor&) { return m.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)).loss_sum; };
   parallel::StepExecutor executor(forward, {}, &m.parameters().weight_grads());
   executor.run({{K::Forward, 0, 0}, {K::BackwardInput, 0, 0}, {K::BackwardWeight, 0, 0}});
   for (const auto& p : m.parameters().all()) CHECK(p.grad().defined());

@@ -40,7 +40,7 @@ TEST_CASE("type and range checks say what was found and what is expected", "[rec
   CHECK(check_value(tp, "2") == "found \"2\" (a string), expected an integer >= 1 and <= 4096");
   CHECK(check_value(tp, nullptr) == "found null, expected an integer >= 1 and <= 4096");
   CHECK(check_value(*find_key("parallel.pipeline_schedule"), "zb") ==
-        "found \"zb\", expected one of gpipe, 1f1b, interleaved_1f1b");
+        "found \"zb\", expected one of gpipe, 1f1b, interleaved_1f1b, zero_bubble, zbv");
   CHECK(check_value(*find_key("optimizer.betas"), nlohmann::json::array({0.9})) ==
         "found 1 element, expected a list of numbers >= 0 and <= 1 (2 elements)");
   CHECK(check_value(*find_key("optimizer.betas"), nlohmann::json::array({0.9, 1.5})) ==

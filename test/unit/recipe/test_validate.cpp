@@ -131,10 +131,14 @@ TEST_CASE("rule: MoE layer indices", "[recipe][rules]") {
 
 TEST_CASE("rule: vpp needs the interleaved schedule and vice versa", "[recipe][rules]") {
   expect_problem({"parallel.pp=2", "parallel.vpp=2"}, std::nullopt,
-                 {"parallel.vpp=2 needs parallel.pipeline_schedule=\"interleaved_1f1b\", found \"1f1b\""});
+                 {"parallel.vpp=2 needs parallel.pipeline_schedule=\"interleaved_1f1b\"", "found \"1f1b\""});
   expect_problem({"parallel.pp=2", "parallel.pipeline_schedule=interleaved_1f1b"}, std::nullopt,
                  {"needs parallel.pp >= 2 and parallel.vpp >= 2, found pp=2 vpp=1"});
   CHECK(problems_of({"parallel.pp=2", "parallel.vpp=2", "parallel.pipeline_schedule=interleaved_1f1b"}, 2).empty());
+  // zbv: a V of exactly two chunks per stage.
+  CHECK(problems_of({"parallel.pp=2", "parallel.vpp=2", "parallel.pipeline_schedule=zbv"}, 2).empty());
+  expect_problem({"parallel.pp=2", "parallel.pipeline_schedule=zbv"}, std::nullopt,
+                 {"parallel.pipeline_schedule=\"zbv\" places two model chunks on each stage", "set vpp=2"});
 }
 
 TEST_CASE("rule: seq_len vs 2 * cp", "[recipe][rules]") {
@@ -192,12 +196,13 @@ TEST_CASE("rule: micro-batches >= pp for pipeline schedules", "[recipe][rules]")
   expect_problem({"parallel.pp=2", "training.global_batch_size=null"}, 4, {"use global_batch_size >= 8"});
 }
 
-TEST_CASE("rule: interleaved schedule needs micro-batches divisible by pp", "[recipe][rules]") {
+TEST_CASE("rule: interleaved takes any micro-batch count from pp on", "[recipe][rules]") {
   const std::vector<std::string> interleaved = {"parallel.pp=4", "parallel.vpp=2",
                                                 "parallel.pipeline_schedule=interleaved_1f1b"};
-  expect_problem(with(interleaved, {"training.global_batch_size=6", "training.micro_batch_size=1"}), 4,
-                 {"micro-batches per step (6", "a multiple of parallel.pp=4", "use global_batch_size 4 or 8"});
+  CHECK(problems_of(with(interleaved, {"training.global_batch_size=6", "training.micro_batch_size=1"}), 4).empty());
   CHECK(problems_of(with(interleaved, {"training.global_batch_size=8", "training.micro_batch_size=1"}), 4).empty());
+  expect_problem(with(interleaved, {"training.global_batch_size=3", "training.micro_batch_size=1"}), 4,
+                 {"parallel.pp=4 needs at least 4 micro-batches per step"});
 }
 
 TEST_CASE("rule: learning-rate schedule", "[recipe][rules]") {

@@ -1,0 +1,36 @@
+#include "train/pipeline_plan.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace trainer::train {
+
+int64_t PipelinePlan::local_chunk(int64_t chunk) const {
+  for (size_t k = 0; k < model_chunk.size(); ++k)
+    if (model_chunk[k] == chunk) return int64_t(k);
+  throw std::logic_error(fmt::format("model chunk {} is not on pipeline stage {}", chunk, stage));
+}
+
+PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage) {
+  PipelinePlan plan;
+  plan.stage = stage;
+  plan.spec.kind = parallel::parse_schedule_kind(r.parallel.pipeline_schedule);
+  plan.spec.pp = mesh.pp;
+  plan.spec.vpp = mesh.vpp;
+  plan.spec.micro_batches = mesh.grad_accum_steps;
+  parallel::check_spec(plan.spec);
+  const int64_t chunks = plan.model_chunks(), layers = r.model.num_hidden_layers;
+  if (layers % chunks != 0)
+    throw std::logic_error(fmt::format("{} layers do not split into {} equal chunks", layers, chunks));
+  const int64_t per_chunk = layers / chunks;
+  // Model order on this stage: every layout places a stage's chunks in increasing model order.
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (parallel::place_chunk(plan.spec.kind, mesh.pp, mesh.vpp, c).stage != stage) continue;
+    plan.model_chunk.push_back(c);
+    plan.chunks.push_back(model::ChunkLayout{c * per_chunk, (c + 1) * per_chunk, c == 0, c == chunks - 1});
+  }
+  return plan;
+}
+
+}  // namespace trainer::train

@@ -1,0 +1,29 @@
+#pragma once
+// What this rank runs of the pipeline (DESIGN.md invariant 6): the schedule, its stage, and the
+// model chunks it holds (layer ranges; the embedding with the model's first chunk, the final norm,
+// LM head and loss with its last). With pp = 1 it is one stage holding the whole model.
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+#include "parallel/pipeline/schedule.h"
+#include "recipe/mesh_shape.h"
+#include "recipe/recipe.h"
+
+namespace trainer::train {
+
+struct PipelinePlan {
+  parallel::ScheduleSpec spec;
+  int64_t stage = 0;
+  std::vector<model::ChunkLayout> chunks;  // this stage's, in model order (local chunk index)
+  std::vector<int64_t> model_chunk;        // local chunk -> model chunk
+
+  int64_t model_chunks() const { return spec.pp * spec.vpp; }
+  // The local index of a model chunk this stage holds.
+  int64_t local_chunk(int64_t chunk) const;
+};
+
+// Layers split evenly over pp * vpp chunks (validation asks for it). `micro_batches`: per step.
+PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage);
+
+}  // namespace trainer::train
