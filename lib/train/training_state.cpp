@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "checkpoint/hf_export.h"
@@ -22,6 +24,26 @@ std::string first_names(const std::vector<std::string>& names) {
   return fmt::format("{}", fmt::join(names.begin(), names.begin() + std::min<size_t>(names.size(), 4), ", "));
 }
 const char* have(const std::vector<std::string>& names) { return names.size() == 1 ? "has" : "have"; }
+
+// Whether a weight of the model lives on another pipeline stage: a layer of the model outside this
+// rank's chunks, the embedding without the first chunk, the final norm or head without the last.
+// A layer past the model's last is nobody's (another model).
+bool on_another_stage(const std::string& name, const model::Transformer& model) {
+  bool embedding = false, head = false;
+  for (int64_t c = 0; c < model.chunks(); ++c) {
+    embedding = embedding || model.chunk_layout(c).embedding;
+    head = head || model.chunk_layout(c).head;
+  }
+  if (name == "model.embed_tokens.weight") return !embedding;
+  if (name == "model.norm.weight" || name == "lm_head.weight") return !head;
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const int64_t layer = std::atoll(name.c_str() + prefix.size());
+  if (layer >= model.options().config.num_hidden_layers) return false;
+  for (int64_t c = 0; c < model.chunks(); ++c)
+    if (layer >= model.chunk_layout(c).first_layer && layer < model.chunk_layout(c).end_layer) return false;
+  return true;
+}
 }  // namespace
 
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
@@ -62,7 +84,8 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
   // an untied head, experts); resuming would silently drop them.
   std::vector<std::string> unused;
   for (const auto& [name, record] : loaded.manifest().at("tensors").items())
-    if ((name.rfind("model.", 0) == 0 || name == "lm_head.weight") && !model.parameters().find(name))
+    if ((name.rfind("model.", 0) == 0 || name == "lm_head.weight") && !model.parameters().find(name) &&
+        !on_another_stage(name, model))
       unused.push_back(name);
   if (!unused.empty())
     throw UserError(fmt::format("{}: {} of the checkpoint {} no parameter in the recipe's model (first: {}); "
@@ -97,7 +120,7 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
   std::vector<std::string> unused;
   for (const auto& [name, tensor] : weights) {
     if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
-    if (!model.parameters().find(name)) unused.push_back(name);
+    if (!model.parameters().find(name) && !on_another_stage(name, model)) unused.push_back(name);
   }
   if (!unused.empty())
     throw UserError(fmt::format("{}: {} in the Hugging Face weights {} no parameter of the recipe's model "

@@ -280,6 +280,89 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   }
 }
 
+TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curve", "[dist][pp]") {
+  TempDir dir;
+  struct Case {
+    std::string name;
+    int nproc;
+    std::string parallel;  // --set options of the parallel run
+    int layers = 4;        // both runs
+    double tolerance = 1e-5;
+  };
+  auto pp = [](int stages, const std::string& schedule, int vpp = 1) {
+    return " --set parallel.pp=" + std::to_string(stages) + " --set parallel.vpp=" + std::to_string(vpp) +
+           " --set parallel.pipeline_schedule=" + schedule;
+  };
+  const std::vector<Case> cases = {
+      {"pp2 gpipe", 2, pp(2, "gpipe")},
+      {"pp2 1f1b", 2, pp(2, "1f1b")},
+      {"pp2 zero_bubble", 2, pp(2, "zero_bubble")},
+      {"pp2 interleaved vpp2", 2, pp(2, "interleaved_1f1b", 2)},
+      {"pp2 zbv", 2, pp(2, "zbv", 2)},
+      {"pp4 1f1b", 4, pp(4, "1f1b")},
+      {"pp4 zero_bubble", 4, pp(4, "zero_bubble")},
+      {"pp4 interleaved vpp2", 4, pp(4, "interleaved_1f1b", 2), 8},
+      {"pp4 zbv", 4, pp(4, "zbv", 2), 8},
+      {"pp2 tp2 sp 1f1b", 4, pp(2, "1f1b") + " --set parallel.tp=2 --set parallel.sequence_parallel=true"},
+      {"pp2 dp2 zero1 interleaved", 4, pp(2, "interleaved_1f1b", 2) + " --set parallel.zero=1"},
+      {"pp2 full recompute zero_bubble", 2, pp(2, "zero_bubble") + " --set training.recompute=full"},
+  };
+  std::map<int, std::string> references;  // one single-process run per layer count
+  for (const auto& c : cases) {
+    const std::string layers = " --set model.num_hidden_layers=" + std::to_string(c.layers);
+    const std::string base = trainer_binary() + " run " + kTiny;
+    const std::string id = std::to_string(&c - cases.data());
+    std::string& single = references[c.layers];
+    if (single.empty()) {
+      single = dir.path() + "/" + id + "-single.jsonl";
+      const auto a = bash(base + common_sets(single) + layers);
+      INFO(c.name << "\n" << a.out << a.err);
+      REQUIRE(a.exit_code == 0);
+    }
+    const std::string parallel = dir.path() + "/" + id + "-parallel.jsonl";
+    const auto b =
+        bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel) + layers);
+    INFO(c.name << "\n" << b.out << b.err);
+    REQUIRE(b.exit_code == 0);
+    const auto reference = read_jsonl(single), m = read_jsonl(parallel);
+    REQUIRE(m.size() == reference.size());
+    const double worst = max_relative_difference(reference, m);
+    std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
+    CHECK(worst < c.tolerance);
+  }
+}
+
+TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved at pp 4 resumes at pp 2", "[dist][pp]") {
+  TempDir dir;
+  const std::string base = trainer_binary() + " run " + kTiny + " --set model.num_hidden_layers=4";
+  const std::string layers = " --set model.num_hidden_layers=4";
+  const auto whole = bash(base + common_sets(dir.path() + "/whole.jsonl") + layers);
+  REQUIRE(whole.exit_code == 0);
+  const auto reference = read_jsonl(dir.path() + "/whole.jsonl");
+  auto pp_sets = [](int pp) {
+    return " --nproc-per-node " + std::to_string(pp) + " --set parallel.pp=" + std::to_string(pp);
+  };
+  for (const auto& [first, second] : std::vector<std::pair<int, int>>{{2, 1}, {2, 4}, {4, 2}}) {
+    const std::string tag = std::to_string(first) + "to" + std::to_string(second), ck = dir.path() + "/ck" + tag;
+    const auto a = bash(base + pp_sets(first) + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
+                        " --set checkpoint.keep=0" + common_sets(dir.path() + "/" + tag + "-a.jsonl") + layers);
+    INFO(a.out << a.err);
+    REQUIRE(a.exit_code == 0);
+    const std::string resumed = dir.path() + "/" + tag + "-b.jsonl";
+    const auto b = bash(base + pp_sets(second) + " --set checkpoint.resume=" + ck + "/step-00000010" +
+                        common_sets(resumed) + layers);
+    INFO(b.out << b.err);
+    REQUIRE(b.exit_code == 0);
+    CHECK(b.out.find("resumed from") != std::string::npos);
+    const auto m = read_jsonl(resumed);
+    REQUIRE(m.size() == 10);
+    const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
+    const double worst = max_relative_difference(want, m);
+    std::printf("pp %d -> pp %d: largest relative loss difference after resuming %.3g\n", first, second, worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 and 2 to 4 with padding-only ranks", "[dist][tp]") {
   TempDir dir;
   struct Resharding {
