@@ -13,8 +13,11 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
   for (auto [name, value] : {std::pair{"cp", p.cp}, {"ep", p.ep}})
     if (value != 1) unsupported(name, value);
-  // Pipelines: dense models with untied embeddings, no held-out evaluation yet.
-  if (p.pp > 1 && (r.model.moe || r.model.tie_word_embeddings || r.evaluation.interval > 0)) unsupported("pp", p.pp);
+  // Pipelines: dense models with untied embeddings; evaluation runs the forward-only schedule, which
+  // has no V layout yet.
+  if (p.pp > 1 && (r.model.moe || r.model.tie_word_embeddings ||
+                   (r.evaluation.interval > 0 && p.pipeline_schedule == "zbv")))
+    unsupported("pp", p.pp);
   if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
   if (p.zero > 1) unsupported("zero", p.zero);
@@ -34,8 +37,8 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
     else if (name == "pp")
       problems.push_back(fmt::format("parallel.pp={}: this build's pipeline runs dense models with untied embeddings "
-                                     "and no held-out evaluation (model.moe, model.tie_word_embeddings and "
-                                     "evaluation.interval > 0 need pp 1)",
+                                     "(model.moe and model.tie_word_embeddings need pp 1), and evaluation not under "
+                                     "the zbv schedule",
                                      value));
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "

@@ -5,26 +5,45 @@
 
 #include <cmath>
 
+#include "parallel/pipeline/executor.h"
 #include "train/batch.h"
 #include "train/train_step.h"
 
 namespace trainer::train {
 
 EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& held_out, const recipe::Recipe& recipe,
-                          const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups, c10::Device device) {
+                          const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+                          const PipelinePlan& pipeline, c10::Device device) {
   at::NoGradGuard no_grad;
   const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device);
   at::Tensor loss_sum = at::zeros({}, scalar), tokens = at::zeros({}, scalar);
   const int64_t batch = recipe.training.micro_batch_size;
-  for (int64_t k = 0; k < recipe.evaluation.steps; ++k)
+  parallel::ScheduleSpec spec = pipeline.spec;
+  spec.kind = parallel::ScheduleKind::ForwardOnly;
+  const int64_t last_chunk = pipeline.model_chunks() - 1;
+  for (int64_t k = 0; k < recipe.evaluation.steps; ++k) {
+    std::vector<MicroBatch> batches;
     for (int64_t m = 0; m < mesh.grad_accum_steps; ++m) {
       const uint64_t first = first_sample_of(uint64_t(k * mesh.global_batch_size), groups.coordinates().dp,
                                              mesh.grad_accum_steps, m, batch);
-      const MicroBatch b =
-          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, recipe.data.loss_mask_token);
-      loss_sum += model.forward(b.inputs, b.targets).loss_sum;
-      tokens += (b.targets != model::kIgnoreIndex).sum();
+      batches.push_back(
+          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, recipe.data.loss_mask_token));
+      tokens += (batches.back().targets != model::kIgnoreIndex).sum();
     }
+    auto forward = [&](int64_t m, int64_t c, const at::Tensor& input) {
+      const MicroBatch& b = batches[size_t(m)];
+      model::ForwardOutput out;
+      const at::Tensor y = model.forward_chunk(pipeline.local_chunk(c), input, b.inputs, b.targets, &out);
+      if (c == last_chunk) loss_sum += out.loss_sum;
+      return y;
+    };
+    const parallel::PipelineLinks links = pipeline_links(
+        spec, recipe, mesh, groups, at::TensorOptions().dtype(model.options().dtype).device(device));
+    parallel::StepExecutor executor(forward, {}, nullptr, pipeline.model_chunks(), links);
+    executor.run(parallel::stage_schedule(spec, pipeline.stage), /*forward_only=*/true);
+  }
+  // The loss lives on the stage of the model's last chunk.
+  if (mesh.pp > 1) all_reduce_scalars(groups.get(mesh::GroupKind::Pp), {&loss_sum});
   all_reduce_scalars(groups.get(mesh::GroupKind::DpCp), {&loss_sum, &tokens});
   const at::Tensor both = at::stack({loss_sum, tokens}).cpu();
   EvaluationResult result;

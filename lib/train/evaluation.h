@@ -9,6 +9,7 @@
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
 #include "recipe/load.h"
+#include "train/pipeline_plan.h"
 
 namespace trainer::train {
 
@@ -18,7 +19,9 @@ struct EvaluationResult {
   int64_t tokens = 0;     // targets counted
 };
 
+// With pp > 1 the stages run the forward-only schedule; the loss is summed on the last chunk's stage.
 EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& held_out, const recipe::Recipe& recipe,
-                          const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups, c10::Device device);
+                          const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+                          const PipelinePlan& pipeline, c10::Device device);
 
 }  // namespace trainer::train

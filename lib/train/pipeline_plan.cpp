@@ -33,4 +33,17 @@ PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mes
   return plan;
 }
 
+parallel::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
+                                       const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+                                       at::TensorOptions options) {
+  parallel::PipelineLinks links;
+  if (mesh.pp == 1) return links;
+  links.group = &groups.get(mesh::GroupKind::Pp);
+  links.peer = [spec](const parallel::Action& a) { return parallel::peer_stage(spec, a); };
+  const int64_t tp = r.parallel.sequence_parallel ? mesh.tp : 1;
+  links.shape = {r.training.seq_len / mesh.cp / tp, r.training.micro_batch_size, r.model.hidden_size};
+  links.options = options;
+  return links;
+}
+
 }  // namespace trainer::train

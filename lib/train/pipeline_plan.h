@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "mesh/process_groups.h"
+#include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
 #include "recipe/mesh_shape.h"
 #include "recipe/recipe.h"
@@ -23,7 +25,14 @@ struct PipelinePlan {
   int64_t local_chunk(int64_t chunk) const;
 };
 
-// Layers split evenly over pp * vpp chunks (validation asks for it). `micro_batches`: per step.
+// Layers split evenly over pp * vpp chunks (validation asks for it); the schedule runs the step's
+// micro-batches.
 PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage);
+
+// The executor's links to the neighbouring stages for `spec` (none with one stage): [s, b, h]
+// activations in the model dtype, the sequence shard of this tp rank under sequence parallelism.
+parallel::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
+                                       const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
+                                       at::TensorOptions options);
 
 }  // namespace trainer::train

@@ -64,15 +64,8 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   parallel::StepExecutor::GradientHooks hooks;
   hooks.begin_backward = [this](int64_t c, bool last) { optimizer_.begin_backward(pipeline_.local_chunk(c), last); };
   hooks.end_backward = [this](int64_t c) { optimizer_.end_backward(pipeline_.local_chunk(c)); };
-  parallel::PipelineLinks links;
-  if (mesh_.pp > 1) {
-    links.group = &groups_.get(mesh::GroupKind::Pp);
-    links.peer = [spec = pipeline_.spec](const parallel::Action& a) { return parallel::peer_stage(spec, a); };
-    // [s, b, h] activations; with sequence parallelism each tp rank sends its sequence shard.
-    const int64_t tp = recipe_.parallel.sequence_parallel ? mesh_.tp : 1;
-    links.shape = {recipe_.training.seq_len / mesh_.cp / tp, batch, recipe_.model.hidden_size};
-    links.options = at::TensorOptions().dtype(model_.options().dtype).device(device_);
-  }
+  const parallel::PipelineLinks links = pipeline_links(
+      pipeline_.spec, recipe_, mesh_, groups_, at::TensorOptions().dtype(model_.options().dtype).device(device_));
   parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
 
   optimizer_.begin_step();

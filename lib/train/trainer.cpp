@@ -113,7 +113,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     // Figures are read (and checked for divergence) before anything is saved.
     log.after_step(progress.step, lr, figures, optimizer.overlap(), stopping || (saver.enabled() && interval_save));
     if (held_out && (progress.step % r.evaluation.interval == 0 || last || stopping)) {
-      last_evaluation = evaluate(model, *held_out, r, mesh, groups, device);
+      last_evaluation = evaluate(model, *held_out, r, mesh, groups, pipeline, device);
       log.evaluation(progress.step, *last_evaluation);
     }
     if (options.claim && options.claim->lost())

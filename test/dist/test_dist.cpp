@@ -173,14 +173,17 @@ TEST_CASE("dist: masked targets are normalised by the global real-token count on
   CHECK(max_relative_difference(reference, read_jsonl(dir.path() + "/unmasked.jsonl")) > 1e-4);
 }
 
-TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 and DP=2", "[dist]") {
+TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 - DP=2 and through an interleaved pipeline", "[dist]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny +
                               " --set evaluation.interval=10 --set evaluation.steps=2";
   std::vector<std::vector<double>> losses;
-  for (const char* nproc : {"1", "2"}) {
-    const std::string file = dir.path() + "/n" + nproc + ".jsonl";
-    const auto r = bash(trainer + " --nproc-per-node " + nproc + common_sets(file));
+  // The pipeline case runs the forward-only schedule over pp 2 x vpp 2 chunks (4 layers).
+  const std::string pipeline = " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b";
+  for (const auto& [nproc, extra] : std::vector<std::pair<std::string, std::string>>{{"1", ""}, {"2", ""}, {"2", pipeline}}) {
+    const std::string file = dir.path() + "/n" + nproc + std::to_string(losses.size()) + ".jsonl";
+    const auto r = bash(trainer + " --nproc-per-node " + nproc + common_sets(file) +
+                        " --set model.num_hidden_layers=4" + extra);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(r.out.find("evaluation after step 10: loss") != std::string::npos);
@@ -194,6 +197,7 @@ TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 and DP=2", "[di
     losses.push_back(eval);
   }
   for (size_t i = 0; i < 2; ++i) CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-5));
+  for (size_t i = 0; i < 2; ++i) CHECK(losses[2][i] == Approx(losses[0][i]).epsilon(1e-5));
   CHECK(losses[0][1] < losses[0][0]);  // it learns
 }
 
@@ -409,24 +413,28 @@ TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 an
   }
 }
 
-TEST_CASE("dist: a killed worker brings the job down quickly with nothing left behind", "[dist]") {
-  TempDir dir;
-  const std::string marker = dir.path() + "/kill-marker.jsonl";
-  const auto r = bash(trainer_binary() + " run " + kTiny + " --nproc-per-node 2 --set training.steps=100000 " +
-                      "--set optimizer.warmup_steps=1 --set logging.interval=1 --set logging.metrics_file=" + marker +
-                      " & L=$!; for i in $(seq 1 300); do [ -s " + marker + " ] && break; sleep 0.1; done; " +
-                      "W=$(pgrep -P $L | head -n 1); kill -KILL $W; start=$(date +%s.%N); wait $L; rc=$?; " +
-                      "end=$(date +%s.%N); sleep 1; echo \"rc=$rc seconds=$(awk \"BEGIN{print $end - $start}\")\"; " +
-                      "pgrep -f " + pgrep_pattern(marker) + " >/dev/null && echo LEFTOVER; exit 0",
-                      120);
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("rc=0 ") == std::string::npos);
-  CHECK(r.out.find("LEFTOVER") == std::string::npos);
-  CHECK(r.err.find("was killed by signal 9") != std::string::npos);
-  const auto at = r.out.find("seconds=");
-  REQUIRE(at != std::string::npos);
-  CHECK(std::stod(r.out.substr(at + 8)) < 60.0);
+TEST_CASE("dist: a killed worker brings the job down quickly with nothing left behind - data or pipeline parallel", "[dist]") {
+  // With pp 2 the killed rank is a pipeline stage: its neighbour waits on a receive that never
+  // comes, and the launcher must still end the job.
+  for (const std::string parallel : {"", " --set parallel.pp=2"}) {
+    TempDir dir;
+    const std::string marker = dir.path() + "/kill-marker.jsonl";
+    const auto r = bash(trainer_binary() + " run " + kTiny + " --nproc-per-node 2 --set training.steps=100000 " +
+                        "--set optimizer.warmup_steps=1 --set logging.interval=1 --set logging.metrics_file=" + marker +
+                        parallel + " & L=$!; for i in $(seq 1 300); do [ -s " + marker + " ] && break; sleep 0.1; done; " +
+                        "W=$(pgrep -P $L | tail -n 1); kill -KILL $W; start=$(date +%s.%N); wait $L; rc=$?; " +
+                        "end=$(date +%s.%N); sleep 1; echo \"rc=$rc seconds=$(awk \"BEGIN{print $end - $start}\")\"; " +
+                        "pgrep -f " + pgrep_pattern(marker) + " >/dev/null && echo LEFTOVER; exit 0",
+                        120);
+    INFO(parallel << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("rc=0 ") == std::string::npos);
+    CHECK(r.out.find("LEFTOVER") == std::string::npos);
+    CHECK(r.err.find("was killed by signal 9") != std::string::npos);
+    const auto at = r.out.find("seconds=");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(r.out.substr(at + 8)) < 60.0);
+  }
 }
 
 TEST_CASE("dist: SIGTERM to the local launcher reaches every worker - they stop cleanly", "[dist]") {

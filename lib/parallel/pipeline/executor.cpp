@@ -33,8 +33,9 @@ bool is_send(K kind) { return kind == K::SendForward || kind == K::SendBackward;
 bool carries_gradient(K kind) { return kind == K::SendBackward || kind == K::RecvBackward; }
 }  // namespace
 
-void StepExecutor::run(const std::vector<Action>& actions) {
-  check_schedule(actions);
+void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
+  check_schedule(actions, forward_only);
+  forward_only_ = forward_only;
   local_.assign(size_t(model_chunks_), false);
   std::map<int64_t, size_t> last_backward;  // chunk -> index of its last (input) backward
   for (size_t i = 0; i < actions.size(); ++i) {
@@ -83,6 +84,7 @@ void StepExecutor::run(const std::vector<Action>& actions) {
   sends_.clear();
   inputs_.clear();
   output_grads_.clear();
+  if (forward_only_) outputs_.clear();
 }
 
 void StepExecutor::forward(const Action& a) {
@@ -92,11 +94,13 @@ void StepExecutor::forward(const Action& a) {
   if (a.chunk > 0 && !input.defined())
     throw std::logic_error(fmt::format("{}: no input arrived for model chunk {}", to_string(a), a.chunk));
   const at::Tensor output = forward_(a.micro_batch, a.chunk, input);
-  outputs_[key] = output;
+  const bool next_local = a.chunk + 1 < model_chunks_ && local_[size_t(a.chunk + 1)];
+  // Forward only: an output is kept until it is sent.
+  if (!forward_only_ || (a.chunk + 1 < model_chunks_ && !next_local)) outputs_[key] = output;
   // The next chunk on this stage takes the output directly, cut from this chunk's graph so that
   // the two backwards run as separate actions.
-  if (a.chunk + 1 < model_chunks_ && local_[size_t(a.chunk + 1)])
-    inputs_[{a.micro_batch, a.chunk + 1}] = output.detach().requires_grad_(true);
+  if (next_local)
+    inputs_[{a.micro_batch, a.chunk + 1}] = forward_only_ ? output : output.detach().requires_grad_(true);
 }
 
 void StepExecutor::backward(const Action& a, bool last, bool split) {
@@ -141,6 +145,7 @@ void StepExecutor::send(const Action& a) {
   at::Tensor data;
   if (a.kind == K::SendForward) {
     data = outputs_.at(key).detach();
+    if (forward_only_) outputs_.erase(key);
   } else {
     const auto it = inputs_.find(key);
     if (it == inputs_.end() || !it->second.grad().defined())
@@ -168,8 +173,8 @@ void StepExecutor::finish_receive(const Action& a) {
   it->second.work->wait();
   at::Tensor data = it->second.buffer;
   receives_.erase(it);
-  if (a.kind == K::RecvForward)
-    inputs_[{a.micro_batch, a.chunk + 1}] = data.requires_grad_(true);  // chunk c's output is c + 1's input
+  if (a.kind == K::RecvForward)  // chunk c's output is c + 1's input
+    inputs_[{a.micro_batch, a.chunk + 1}] = forward_only_ ? data : data.requires_grad_(true);
   else
     output_grads_[{a.micro_batch, a.chunk - 1}] = data;  // chunk c's input gradient is c - 1's output gradient
 }

@@ -57,7 +57,9 @@ class StepExecutor {
                int64_t model_chunks = 1, PipelineLinks links = {});
 
   // Runs the actions in order (check_schedule must accept them); returns when every send is done.
-  void run(const std::vector<Action>& actions);
+  // `forward_only`: forwards and their sends and receives only (evaluation): outputs are kept only
+  // until they are sent.
+  void run(const std::vector<Action>& actions, bool forward_only = false);
 
  private:
   using Key = std::pair<int64_t, int64_t>;  // (micro-batch, model chunk)
@@ -84,6 +86,7 @@ class StepExecutor {
   std::map<std::pair<bool, Key>, Pending> receives_;  // (is gradient, key of the data) -> posted receive
   std::vector<Pending> sends_;
   std::vector<bool> local_;  // per model chunk: computed on this stage
+  bool forward_only_ = false;
 };
 
 }  // namespace trainer::parallel

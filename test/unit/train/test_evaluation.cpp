@@ -66,11 +66,12 @@ TEST_CASE("evaluation is the forward-only loss of the held-out samples", "[train
   const recipe::MeshShape mesh = recipe::mesh_shape(r, 1);
   REQUIRE(mesh.grad_accum_steps == 3);
   const auto groups = mesh::single_process_groups();
+  const train::PipelinePlan pipeline = train::plan_pipeline(r, mesh, 0);
   for (const std::optional<int64_t> mask : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
     CAPTURE(mask.has_value());
     r.data.loss_mask_token = mask;
     const auto held_out = data::open_evaluation_dataset(r);
-    const train::EvaluationResult result = train::evaluate(model, *held_out, r, mesh, *groups, at::Device(at::kCPU));
+    const train::EvaluationResult result = train::evaluate(model, *held_out, r, mesh, *groups, pipeline, at::Device(at::kCPU));
     int64_t tokens = 0;
     const double expected = reference_loss(model, r, &tokens);
     CHECK(result.tokens == tokens);
