@@ -50,6 +50,10 @@ struct Parameter {
   mesh::GroupKind grad_group = mesh::GroupKind::DpCp;
   int64_t chunk = 0;                  // the model chunk that uses it (pipeline stages hold chunks)
   int64_t uses = 1;                   // gradient contributions per micro-batch (2: a tied embedding)
+  // A tied embedding split across the pipeline: the first stage's embedding and the last stage's
+  // LM head are copies of one weight; their gradients are summed and their holders counted over
+  // the embedding group (Megatron's word_embeddings_for_head).
+  bool tied_across_stages = false;
 
   // Where the gradient goes. Without gradient buffers: tensor.grad(), as autograd would. With
   // them (parallel::GradBuckets installs both): main_grad is this parameter's view of its bucket

@@ -62,16 +62,24 @@ Transformer::Transformer(const ModelOptions& options)
     }
     if (chunk.head) {
       final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
-      if (c.tie_word_embeddings && !chunks_.front().embedding)
-        throw std::logic_error("a tied LM head needs the embedding on the same rank (tied embeddings across pipeline "
-                               "stages are not supported yet)");
-      if (c.tie_word_embeddings)
+      if (c.tie_word_embeddings && chunks_.front().embedding) {
         lm_head_ = Linear(params_, embed_.parameter(), options.tp);
-      else
+      } else if (c.tie_word_embeddings) {
+        // The embedding is on another stage: this copy, initialised like it (same name and shape),
+        // serves as the LM head.
+        lm_head_ = Linear::lm_head(params_, "model.embed_tokens.weight", c.hidden_size, c.vocab_size, padded_vocab,
+                                   options.tp);
+        params_.all().back().tied_across_stages = true;
+      } else {
         lm_head_ = Linear::lm_head(params_, "lm_head.weight", c.hidden_size, c.vocab_size, padded_vocab, options.tp);
+      }
     }
     for (size_t i = before; i < params_.all().size(); ++i) params_.all()[i].chunk = int64_t(k);
   }
+  // The embedding whose tied LM head is a copy on the last stage.
+  bool head_here = false;
+  for (const auto& chunk : chunks_) head_here = head_here || chunk.head;
+  if (c.tie_word_embeddings && chunks_.front().embedding && !head_here) embed_.parameter().tied_across_stages = true;
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
 }
 

@@ -15,7 +15,7 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
     if (value != 1) unsupported(name, value);
   // Pipelines: dense models with untied embeddings; evaluation runs the forward-only schedule, which
   // has no V layout yet.
-  if (p.pp > 1 && (r.model.moe || r.model.tie_word_embeddings ||
+  if (p.pp > 1 && (r.model.moe || (r.model.tie_word_embeddings && p.zero > 0 && p.pipeline_schedule != "zbv") ||
                    (r.evaluation.interval > 0 && p.pipeline_schedule == "zbv")))
     unsupported("pp", p.pp);
   if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
@@ -36,9 +36,9 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
     if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
     else if (name == "pp")
-      problems.push_back(fmt::format("parallel.pp={}: this build's pipeline runs dense models with untied embeddings "
-                                     "(model.moe and model.tie_word_embeddings need pp 1), and evaluation not under "
-                                     "the zbv schedule",
+      problems.push_back(fmt::format("parallel.pp={}: this build's pipeline runs dense models (model.moe needs pp 1); "
+                                     "tied embeddings split across stages need parallel.zero=0 (or the zbv schedule, "
+                                     "which keeps both ends on stage 0); evaluation does not run under zbv yet",
                                      value));
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "

@@ -71,6 +71,13 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   optimizer_.begin_step();
   executor.run(parallel::stage_schedule(pipeline_.spec, pipeline_.stage));
   optimizer_.finish_gradients();
+  // A tied embedding split across the pipeline: the embedding's and the head copy's gradients
+  // (each already summed over dp x cp) are added on both ends, so both copies take the same step.
+  for (auto& p : model_.parameters().all())
+    if (p.tied_across_stages) {
+      at::Tensor grad = p.grad();
+      groups_.get(mesh::GroupKind::Embedding).all_reduce(grad, comm::ReduceOp::Sum)->wait();
+    }
   all_reduce_scalars(dp, {&f.loss_sum, &f.aux_sum});
   // The loss lives on the stage of the model's last chunk: every stage gets it.
   if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});

@@ -297,6 +297,7 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
     return " --set parallel.pp=" + std::to_string(stages) + " --set parallel.vpp=" + std::to_string(vpp) +
            " --set parallel.pipeline_schedule=" + schedule;
   };
+  const std::string tied = " --set model.tie_word_embeddings=true";
   const std::vector<Case> cases = {
       {"pp2 gpipe", 2, pp(2, "gpipe")},
       {"pp2 1f1b", 2, pp(2, "1f1b")},
@@ -310,13 +311,20 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
       {"pp2 tp2 sp 1f1b", 4, pp(2, "1f1b") + " --set parallel.tp=2 --set parallel.sequence_parallel=true"},
       {"pp2 dp2 zero1 interleaved", 4, pp(2, "interleaved_1f1b", 2) + " --set parallel.zero=1"},
       {"pp2 full recompute zero_bubble", 2, pp(2, "zero_bubble") + " --set training.recompute=full"},
+      // Tied embeddings: a head copy on the last stage, gradients summed over the embedding group
+      // (zbv keeps both ends on stage 0).
+      {"pp2 tied 1f1b", 2, pp(2, "1f1b") + tied},
+      {"pp4 tied interleaved vpp2", 4, pp(4, "interleaved_1f1b", 2) + tied, 8},
+      {"pp2 tied zbv", 2, pp(2, "zbv", 2) + tied},
+      {"pp2 dp2 tied gpipe", 4, pp(2, "gpipe") + tied},
   };
-  std::map<int, std::string> references;  // one single-process run per layer count
+  std::map<std::string, std::string> references;  // one single-process run per model
   for (const auto& c : cases) {
-    const std::string layers = " --set model.num_hidden_layers=" + std::to_string(c.layers);
+    const bool is_tied = c.parallel.find(tied) != std::string::npos;
+    const std::string layers = " --set model.num_hidden_layers=" + std::to_string(c.layers) + (is_tied ? tied : "");
     const std::string base = trainer_binary() + " run " + kTiny;
     const std::string id = std::to_string(&c - cases.data());
-    std::string& single = references[c.layers];
+    std::string& single = references[layers];
     if (single.empty()) {
       single = dir.path() + "/" + id + "-single.jsonl";
       const auto a = bash(base + common_sets(single) + layers);
@@ -336,18 +344,29 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
   }
 }
 
-TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved at pp 4 resumes at pp 2", "[dist][pp]") {
+TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved at pp 4 resumes at pp 2 - tied too", "[dist][pp]") {
   TempDir dir;
-  const std::string base = trainer_binary() + " run " + kTiny + " --set model.num_hidden_layers=4";
-  const std::string layers = " --set model.num_hidden_layers=4";
-  const auto whole = bash(base + common_sets(dir.path() + "/whole.jsonl") + layers);
-  REQUIRE(whole.exit_code == 0);
-  const auto reference = read_jsonl(dir.path() + "/whole.jsonl");
   auto pp_sets = [](int pp) {
     return " --nproc-per-node " + std::to_string(pp) + " --set parallel.pp=" + std::to_string(pp);
   };
-  for (const auto& [first, second] : std::vector<std::pair<int, int>>{{2, 1}, {2, 4}, {4, 2}}) {
-    const std::string tag = std::to_string(first) + "to" + std::to_string(second), ck = dir.path() + "/ck" + tag;
+  struct Resharding {
+    int first, second;
+    std::string model;
+  };
+  const std::string tied = " --set model.tie_word_embeddings=true";
+  std::map<std::string, std::vector<nlohmann::json>> references;
+  for (const auto& [first, second, model] :
+       std::vector<Resharding>{{2, 1, ""}, {2, 4, ""}, {4, 2, ""}, {2, 1, tied}, {1, 4, tied}}) {
+    const std::string layers = " --set model.num_hidden_layers=4" + model;
+    const std::string base = trainer_binary() + " run " + kTiny;
+    auto& reference = references[model];
+    if (reference.empty()) {
+      const std::string whole = dir.path() + "/whole" + std::to_string(references.size()) + ".jsonl";
+      REQUIRE(bash(base + common_sets(whole) + layers).exit_code == 0);
+      reference = read_jsonl(whole);
+    }
+    const std::string tag = std::to_string(first) + "to" + std::to_string(second) + (model.empty() ? "" : "tied");
+    const std::string ck = dir.path() + "/ck" + tag;
     const auto a = bash(base + pp_sets(first) + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
                         " --set checkpoint.keep=0" + common_sets(dir.path() + "/" + tag + "-a.jsonl") + layers);
     INFO(a.out << a.err);
@@ -362,7 +381,8 @@ TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved
     REQUIRE(m.size() == 10);
     const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
     const double worst = max_relative_difference(want, m);
-    std::printf("pp %d -> pp %d: largest relative loss difference after resuming %.3g\n", first, second, worst);
+    std::printf("pp %d -> pp %d%s: largest relative loss difference after resuming %.3g\n", first, second,
+                model.empty() ? "" : " (tied)", worst);
     CHECK(worst < 1e-5);
   }
 }

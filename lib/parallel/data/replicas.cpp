@@ -36,8 +36,13 @@ bool same_slice(const mesh::RankLayout& layout, int64_t a, int64_t b, const mode
 
 ReplicaSet parameter_replicas(const mesh::RankLayout& layout, int64_t rank, const model::Parameter& p) {
   std::vector<int64_t> ranks;
-  for (const int64_t r : layout.group(mesh::GroupKind::TpDpCp, rank))
-    if (same_slice(layout, rank, r, p)) ranks.push_back(r);
+  // A tied embedding split across the pipeline has copies on both ends: the stages of the
+  // embedding group.
+  const std::vector<int64_t> ends =
+      p.tied_across_stages ? layout.group(mesh::GroupKind::Embedding, rank) : std::vector<int64_t>{rank};
+  for (const int64_t end : ends)
+    for (const int64_t r : layout.group(mesh::GroupKind::TpDpCp, end))
+      if (same_slice(layout, rank, r, p)) ranks.push_back(r);
   return make_set(layout, rank, std::move(ranks));
 }
 
