@@ -1,5 +1,8 @@
 #include "estimate/job_layout.h"
 
+#include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/schedule.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -49,20 +52,23 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   job.microbatches = mesh.grad_accum_steps;
 
   const int64_t chunks = mesh.pp * mesh.vpp;
-  if (chunks <= 0 || m.num_hidden_layers % chunks != 0)
-    throw std::invalid_argument("layout_job: num_hidden_layers must divide into pp * vpp chunks");
-  const int64_t per_chunk = m.num_hidden_layers / chunks;
+  // The runtime's split and chunk placement (lib/parallel/pipeline): one source of truth.
+  const parallel::ScheduleKind kind = parallel::parse_schedule_kind(p.pipeline_schedule);
+  const std::vector<int64_t> split = parallel::layer_split(r, chunks);
+  std::vector<int64_t> first_layer(size_t(chunks) + 1, 0);
+  for (int64_t c = 0; c < chunks; ++c) first_layer[size_t(c + 1)] = first_layer[size_t(c)] + split[size_t(c)];
+  const int64_t embedding_stage = parallel::place_chunk(kind, mesh.pp, mesh.vpp, 0).stage;
+  const int64_t head_stage = parallel::place_chunk(kind, mesh.pp, mesh.vpp, chunks - 1).stage;
   // Embedding and LM head rows per rank: the vocabulary padded to a multiple of the divisor x tp.
   const int64_t H = m.hidden_size, V_rank = m.padded_vocab_size(p.tp) / p.tp;
   for (int64_t stage = 0; stage < mesh.pp; ++stage) {
     StageLayout s;
     s.stage = stage;
-    s.first = stage == 0;
-    s.last = stage == mesh.pp - 1;
-    for (int64_t v = 0; v < mesh.vpp; ++v) {
-      const int64_t chunk = v * mesh.pp + stage;
-      for (int64_t l = chunk * per_chunk; l < (chunk + 1) * per_chunk; ++l) s.layers.push_back(l);
-    }
+    s.first = stage == embedding_stage;
+    s.last = stage == head_stage;
+    for (int64_t c = 0; c < chunks; ++c)
+      if (parallel::place_chunk(kind, mesh.pp, mesh.vpp, c).stage == stage)
+        for (int64_t l = first_layer[size_t(c)]; l < first_layer[size_t(c + 1)]; ++l) s.layers.push_back(l);
     for (int64_t l : s.layers) {
       const bool moe = job.counts.layers[size_t(l)].moe;
       if (moe) ++s.moe_layers;
@@ -81,8 +87,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.dense += H;  // final norm
       s.params.norm += H;
       s.params.tensors += 1;
-      // The LM head; a tied head lives on the embedding's stage, or as a copy on the last stage.
-      if (!m.tie_word_embeddings || mesh.pp > 1) {
+      // The LM head; a tied head is the embedding on its stage, or a copy on another.
+      if (!m.tie_word_embeddings || embedding_stage != head_stage) {
         s.params.dense += V_rank * H;
         s.params.tensors += 1;
       }
@@ -100,7 +106,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.ffn = m.intermediate_size / p.tp;
   sh.vocab = V_rank;
   sh.dtype_bytes = t.dtype == "fp32" ? 4 : 2;
-  sh.tied_head = m.tie_word_embeddings && mesh.pp == 1;
+  sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.recompute = parse_recompute(t.recompute);
   sh.device = device;
   sh.cpu_threads = std::max<int64_t>(1, cpu_threads);

@@ -62,6 +62,8 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t zero = 0;
   std::string pipeline_schedule = "1f1b";
+  // Decoder layers per model chunk (pp * vpp entries in model order); empty: a balanced split.
+  std::vector<int64_t> pipeline_layout;
   std::string cp_method = "ring";
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;

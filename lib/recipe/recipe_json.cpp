@@ -118,6 +118,9 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.sequence_parallel = get<bool>(d, "parallel.sequence_parallel");
   p.zero = get_int(d, "parallel.zero");
   p.pipeline_schedule = get<std::string>(d, "parallel.pipeline_schedule");
+  if (!at(d, "parallel.pipeline_layout").is_null())
+    for (const auto& l : at(d, "parallel.pipeline_layout"))
+      p.pipeline_layout.push_back(l.is_number_integer() ? l.get<int64_t>() : static_cast<int64_t>(l.get<double>()));
   p.cp_method = get<std::string>(d, "parallel.cp_method");
   p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
   p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
@@ -221,6 +224,7 @@ json recipe_to_json(const Recipe& r) {
       {"parallel",
        {{"tp", p.tp}, {"pp", p.pp}, {"vpp", p.vpp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", p.dp},
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
+        {"pipeline_layout", p.pipeline_layout.empty() ? json(nullptr) : json(p.pipeline_layout)},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
         {"overlap_grad_reduce", p.overlap_grad_reduce}, {"grad_reduce_dtype", p.grad_reduce_dtype},
         {"collective_timeout_s", p.collective_timeout_s}}},

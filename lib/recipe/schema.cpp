@@ -139,6 +139,11 @@ std::vector<KeySpec> build_schema() {
   s.push_back(one_of(key("parallel.pipeline_schedule", K::String, "1f1b",
                          "Pipeline schedule (docs/distributed.md#pipeline-schedules; `trainer schedule` draws it)."),
                      {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"}));
+  s.push_back(at_least(key("parallel.pipeline_layout", K::IntegerList, nullptr,
+                           "Decoder layers of each model chunk in model order (pp * vpp entries summing to "
+                           "num_hidden_layers); null: a balanced split that counts the LM head and loss as extra "
+                           "work."),
+                       0));
   s.push_back(positive(key("parallel.grad_bucket_mb", K::Number, 40.0,
                            "Size of the data-parallel gradient buckets in MiB; each bucket's reduction starts as "
                            "soon as its last gradient is ready.")));

@@ -51,10 +51,24 @@ class Checker {
           "in {}",
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
     const int64_t chunks = p.pp * p.vpp;
-    if (m.num_hidden_layers % chunks != 0)
-      add("model.num_hidden_layers={} is not divisible by parallel.pp * parallel.vpp = {} * {} = {} (every model "
-          "chunk holds the same number of layers); use pp * vpp in {}",
-          m.num_hidden_layers, p.pp, p.vpp, chunks, divisors_text(m.num_hidden_layers));
+    if (!p.pipeline_layout.empty()) {
+      int64_t sum = 0;
+      for (const int64_t n : p.pipeline_layout) sum += n;
+      if (int64_t(p.pipeline_layout.size()) != chunks || sum != m.num_hidden_layers)
+        add("parallel.pipeline_layout has {} entries summing to {}; expected parallel.pp * parallel.vpp = {} * {} = {} "
+            "entries (layers per model chunk) summing to model.num_hidden_layers={}",
+            p.pipeline_layout.size(), sum, p.pp, p.vpp, chunks, m.num_hidden_layers);
+      else
+        for (int64_t c = 1; c + 1 < chunks; ++c)
+          if (p.pipeline_layout[size_t(c)] == 0)
+            add("parallel.pipeline_layout[{}]=0: a model chunk between the first and the last needs at least one "
+                "layer",
+                c);
+    } else if (m.num_hidden_layers < chunks - 2) {
+      add("model.num_hidden_layers={} cannot give each of the {} middle model chunks (parallel.pp * parallel.vpp = "
+          "{} * {}) a layer; use fewer chunks",
+          m.num_hidden_layers, chunks - 2, p.pp, p.vpp);
+    }
     if (r_.training.seq_len > m.max_position_embeddings)
       add("training.seq_len={} exceeds model.max_position_embeddings={}; use seq_len <= {} or raise "
           "max_position_embeddings",

@@ -1,5 +1,7 @@
 #include "train/pipeline_plan.h"
 
+#include "parallel/pipeline/layer_split.h"
+
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -20,15 +22,13 @@ PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mes
   plan.spec.vpp = mesh.vpp;
   plan.spec.micro_batches = mesh.grad_accum_steps;
   parallel::check_spec(plan.spec);
-  const int64_t chunks = plan.model_chunks(), layers = r.model.num_hidden_layers;
-  if (layers % chunks != 0)
-    throw std::logic_error(fmt::format("{} layers do not split into {} equal chunks", layers, chunks));
-  const int64_t per_chunk = layers / chunks;
+  const int64_t chunks = plan.model_chunks();
+  const std::vector<int64_t> split = parallel::layer_split(r, chunks);
   // Model order on this stage: every layout places a stage's chunks in increasing model order.
-  for (int64_t c = 0; c < chunks; ++c) {
+  for (int64_t c = 0, first = 0; c < chunks; first += split[size_t(c)], ++c) {
     if (parallel::place_chunk(plan.spec.kind, mesh.pp, mesh.vpp, c).stage != stage) continue;
     plan.model_chunk.push_back(c);
-    plan.chunks.push_back(model::ChunkLayout{c * per_chunk, (c + 1) * per_chunk, c == 0, c == chunks - 1});
+    plan.chunks.push_back(model::ChunkLayout{first, first + split[size_t(c)], c == 0, c == chunks - 1});
   }
   return plan;
 }

@@ -25,8 +25,8 @@ struct PipelinePlan {
   int64_t local_chunk(int64_t chunk) const;
 };
 
-// Layers split evenly over pp * vpp chunks (validation asks for it); the schedule runs the step's
-// micro-batches.
+// Layers split over pp * vpp chunks by parallel::layer_split (the recipe's pipeline_layout or the
+// balanced split); the schedule runs the step's micro-batches.
 PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage);
 
 // The executor's links to the neighbouring stages for `spec` (none with one stage): [s, b, h]

@@ -80,12 +80,18 @@ TEST_CASE("padded_vocab_size is the next multiple of the divisor times tp", "[re
   CHECK(m.padded_vocab_size(4) == 4);
 }
 
-TEST_CASE("rule: layers vs pp * vpp", "[recipe][rules]") {
-  expect_problem({"parallel.pp=3"}, std::nullopt,
-                 {"model.num_hidden_layers=8 is not divisible by parallel.pp * parallel.vpp = 3 * 1 = 3",
-                  "use pp * vpp in {1, 2, 4, 8}"});
+TEST_CASE("rule: layers vs pp * vpp - any split - pipeline_layout must fit", "[recipe][rules]") {
+  // Uneven splits are accepted: 8 layers over 3 stages.
+  CHECK(problems_of({"parallel.pp=3"}).empty());
   expect_problem({"parallel.pp=2", "parallel.vpp=8", "parallel.pipeline_schedule=interleaved_1f1b"}, std::nullopt,
-                 {"parallel.pp * parallel.vpp = 2 * 8 = 16"});
+                 {"model.num_hidden_layers=8 cannot give each of the 14 middle model chunks"});
+  CHECK(problems_of({"parallel.pp=2", "parallel.pipeline_layout=[5,3]"}).empty());
+  expect_problem({"parallel.pp=2", "parallel.pipeline_layout=[5,4]"}, std::nullopt,
+                 {"parallel.pipeline_layout has 2 entries summing to 9", "summing to model.num_hidden_layers=8"});
+  expect_problem({"parallel.pp=3", "parallel.pipeline_layout=[4,4]"}, std::nullopt,
+                 {"expected parallel.pp * parallel.vpp = 3 * 1 = 3 entries"});
+  expect_problem({"parallel.pp=3", "parallel.pipeline_layout=[4,0,4]"}, std::nullopt,
+                 {"parallel.pipeline_layout[1]=0: a model chunk between the first and the last"});
 }
 
 TEST_CASE("rule: head_dim must be given when heads do not divide hidden_size", "[recipe][rules]") {
