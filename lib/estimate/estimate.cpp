@@ -88,7 +88,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
     // Pipeline bubble: (pp - 1) idle micro-batch slots, of a chunk's length when interleaved.
     if (mesh.pp > 1) {
-      const Schedule schedule = parse_schedule(p.pipeline_schedule);
+      const parallel::ScheduleKind schedule = parallel::parse_schedule_kind(p.pipeline_schedule);
       tb.bubble_s = bubble_fraction(schedule, mesh.pp, mesh.vpp, m) * double(m) * tb.microbatch_s;
     }
 
@@ -175,7 +175,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   out.model_flops_per_step = job.counts.flops_per_token * out.tokens_per_step;
 
   MemoryOptions memory;
-  memory.schedule = parse_schedule(recipe.parallel.pipeline_schedule);
+  memory.schedule = parallel::parse_schedule_kind(recipe.parallel.pipeline_schedule);
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
   memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;

@@ -114,7 +114,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   // --- activations: per layer, per micro-batch, in flight ------------------------------------
   sm.activations_per_layer_dense = double(model.dense.forward.net);
   sm.activations_per_layer_moe = double(model.moe.forward.net);
-  const auto schedule = mesh.pp > 1 ? options.schedule : Schedule::OneFOneB;
+  const auto schedule = options.schedule;  // the runtime runs the recipe's schedule at pp 1 too
   sm.inflight_chunks = peak_inflight_chunks(schedule, mesh.pp, mesh.vpp, stage.stage, job.microbatches);
   sm.inflight_microbatches = double(sm.inflight_chunks) / double(mesh.vpp);
 

@@ -48,7 +48,7 @@ struct StageMemory {
 };
 
 struct MemoryOptions {
-  Schedule schedule = Schedule::OneFOneB;
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::OneFOneB;
   int64_t zero = 0;
   double grad_bucket_bytes = 40.0 * 1024 * 1024;
   // Bytes per gradient element in the gradient buffers: 4 (fp32, the default for every dtype) or
