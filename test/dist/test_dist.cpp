@@ -317,8 +317,13 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
       {"pp4 tied interleaved vpp2", 4, pp(4, "interleaved_1f1b", 2) + tied, 8},
       {"pp2 tied zbv", 2, pp(2, "zbv", 2) + tied},
       {"pp2 dp2 tied gpipe", 4, pp(2, "gpipe") + tied},
+      // Uneven splits: 5 layers over 3 stages (balanced: 2, 2, 1), 3 over 2, and an explicit layout.
+      {"pp3 5 layers zero_bubble", 3, pp(3, "zero_bubble"), 5},
+      {"pp2 3 layers interleaved vpp2", 2, pp(2, "interleaved_1f1b", 2), 3},
+      {"pp2 layout 3+1 1f1b", 2, pp(2, "1f1b") + " --set parallel.pipeline_layout=[3,1]"},
   };
   std::map<std::string, std::string> references;  // one single-process run per model
+  std::map<std::string, std::vector<nlohmann::json>> curves;
   for (const auto& c : cases) {
     const bool is_tied = c.parallel.find(tied) != std::string::npos;
     const std::string layers = " --set model.num_hidden_layers=" + std::to_string(c.layers) + (is_tied ? tied : "");
@@ -341,6 +346,17 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
     const double worst = max_relative_difference(reference, m);
     std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
     CHECK(worst < c.tolerance);
+    curves[c.name] = m;
+  }
+  // Zero-bubble defers the weight gradients (W after B) but adds them in the same order: the same
+  // losses and gradient norms as 1F1B, bit for bit.
+  for (const std::string stages : {"pp2", "pp4"}) {
+    const auto& a = curves.at(stages + " 1f1b");
+    const auto& b = curves.at(stages + " zero_bubble");
+    for (size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i]["loss"].get<double>() == b[i]["loss"].get<double>());
+      CHECK(a[i]["grad_norm"].get<double>() == b[i]["grad_norm"].get<double>());
+    }
   }
 }
 
