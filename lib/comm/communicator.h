@@ -34,6 +34,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Whether the operation has finished without waiting (its buffers may be reused); false when
+  // the backend cannot tell. wait() may still be called after.
+  virtual bool done() { return false; }
 };
 
 // One message of a send_recv batch. Between two ranks a receive takes the send with the same tag,

@@ -31,6 +31,12 @@ class GlooWork : public Work {
            std::function<void()> after = nullptr)
       : owner_(owner), op_(std::move(op)), works_(std::move(works)), after_(std::move(after)) {}
   void wait() override;
+  bool done() override {
+    if (done_) return true;
+    for (const auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return !after_;  // a copy-back still has to run in wait()
+  }
 
  private:
   const GlooCommunicator* owner_;

@@ -53,6 +53,7 @@ class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done, c10::DeviceIndex device) : done_(std::move(done)), device_(device) {}
   void wait() override { done_->block(c10::cuda::getCurrentCUDAStream(device_)); }
+  bool done() override { return done_->query(); }
 
  private:
   std::shared_ptr<at::cuda::CUDAEvent> done_;

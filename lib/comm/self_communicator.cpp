@@ -9,6 +9,7 @@ namespace {
 class DoneWork : public Work {
  public:
   void wait() override {}
+  bool done() override { return true; }
 };
 
 class SelfCommunicator : public Communicator {

@@ -79,6 +79,7 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
         finish_receive(a);
         break;
     }
+    release_sent();
   }
   for (auto& s : sends_) s.work->wait();
   sends_.clear();
@@ -155,7 +156,21 @@ void StepExecutor::send(const Action& a) {
   }
   data = data.contiguous();
   std::vector<comm::P2POp> ops{{comm::P2POp::Kind::Send, data, links_.peer(a), tag(a)}};
-  sends_.push_back(Pending{links_.group->send_recv(ops), data});
+  const bool release = a.kind == K::SendForward && !forward_only_;
+  sends_.push_back(Pending{links_.group->send_recv(ops), data, release ? key : Key{-1, -1}});
+}
+
+void StepExecutor::release_sent() {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (!it->work->done()) {
+      ++it;
+      continue;
+    }
+    it->work->wait();  // returns at once; raises a failed send's error
+    if (auto out = outputs_.find(it->output); out != outputs_.end())
+      out->second.set_data(at::empty({0}, out->second.options()));
+    it = sends_.erase(it);
+  }
 }
 
 void StepExecutor::post_receive(const Action& a) {

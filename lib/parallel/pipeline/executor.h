@@ -9,8 +9,10 @@
 // from the next stage, or the next local chunk's input gradient): like Megatron's
 // custom_backward, this needs only the output's graph node, not its data.
 //
-// Sends are posted and never waited on until the end of the step; a receive is posted one compute
-// action ahead of the one that needs it, so its transfer overlaps that computation. Activations and
+// Sends are posted and never waited on until the end of the step; once one is done, the output it
+// sent keeps only its graph node (its data is released, like Megatron's deallocate_output_tensor).
+// A receive is posted one compute action ahead of the one that needs it, so its transfer overlaps
+// that computation. Activations and
 // their gradients travel with tags (direction, model chunk, micro-batch).
 //
 // Around each backward the gradient buffers learn the chunk and whether it is the chunk's last
@@ -82,7 +84,10 @@ class StepExecutor {
   struct Pending {
     std::unique_ptr<comm::Work> work;
     at::Tensor buffer;
+    Key output{-1, -1};  // a sent chunk output (whose data is released once the send is done)
   };
+  // Finishes the sends that are done; a sent output keeps only its graph node.
+  void release_sent();
   std::map<std::pair<bool, Key>, Pending> receives_;  // (is gradient, key of the data) -> posted receive
   std::vector<Pending> sends_;
   std::vector<bool> local_;  // per model chunk: computed on this stage
