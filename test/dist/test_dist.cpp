@@ -56,6 +56,28 @@ double max_relative_difference(const std::vector<nlohmann::json>& a, const std::
   return worst;
 }
 
+// 20 steps of `base` + `first` with a checkpoint at step 10, then steps 11-20 again from it with
+// `base` + `second`; `extra` goes last on both. Returns the largest relative loss difference of the
+// resumed steps to the last 10 of `reference`.
+double resumed_difference(const std::string& dir, const std::string& tag, const std::string& base,
+                          const std::string& first, const std::string& second, const std::string& extra,
+                          const std::vector<nlohmann::json>& reference) {
+  const std::string ck = dir + "/ck" + tag;
+  const auto a = bash(base + first + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
+                      " --set checkpoint.keep=0" + common_sets(dir + "/" + tag + "-a.jsonl") + extra);
+  INFO(a.out << a.err);
+  REQUIRE(a.exit_code == 0);
+  const std::string resumed = dir + "/" + tag + "-b.jsonl";
+  const auto b = bash(base + second + " --set checkpoint.resume=" + ck + "/step-00000010" + common_sets(resumed) + extra);
+  INFO(b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.out.find("resumed from") != std::string::npos);
+  const auto m = read_jsonl(resumed);
+  REQUIRE(m.size() == 10);
+  const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
+  return max_relative_difference(want, m);
+}
+
 }  // namespace
 
 TEST_CASE("dist: collectives on every group type (TP2 DP2 - EP2)", "[dist]") {
@@ -360,7 +382,7 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
   }
 }
 
-TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved at pp 4 resumes at pp 2 - tied too", "[dist][pp]") {
+TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 - pp 4 and another layout - one saved at pp 4 resumes at pp 2 - tied too", "[dist][pp]") {
   TempDir dir;
   auto pp_sets = [](int pp) {
     return " --nproc-per-node " + std::to_string(pp) + " --set parallel.pp=" + std::to_string(pp);
@@ -382,25 +404,17 @@ TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 and pp 4 - one saved
       reference = read_jsonl(whole);
     }
     const std::string tag = std::to_string(first) + "to" + std::to_string(second) + (model.empty() ? "" : "tied");
-    const std::string ck = dir.path() + "/ck" + tag;
-    const auto a = bash(base + pp_sets(first) + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
-                        " --set checkpoint.keep=0" + common_sets(dir.path() + "/" + tag + "-a.jsonl") + layers);
-    INFO(a.out << a.err);
-    REQUIRE(a.exit_code == 0);
-    const std::string resumed = dir.path() + "/" + tag + "-b.jsonl";
-    const auto b = bash(base + pp_sets(second) + " --set checkpoint.resume=" + ck + "/step-00000010" +
-                        common_sets(resumed) + layers);
-    INFO(b.out << b.err);
-    REQUIRE(b.exit_code == 0);
-    CHECK(b.out.find("resumed from") != std::string::npos);
-    const auto m = read_jsonl(resumed);
-    REQUIRE(m.size() == 10);
-    const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
-    const double worst = max_relative_difference(want, m);
+    const double worst = resumed_difference(dir.path(), tag, base, pp_sets(first), pp_sets(second), layers, reference);
     std::printf("pp %d -> pp %d%s: largest relative loss difference after resuming %.3g\n", first, second,
                 model.empty() ? "" : " (tied)", worst);
     CHECK(worst < 1e-5);
   }
+  // Another layout at the same pp: 2 + 2 layers resumed as 3 + 1.
+  const double layout = resumed_difference(dir.path(), "layout", trainer_binary() + " run " + kTiny, pp_sets(2),
+                                           pp_sets(2) + " --set parallel.pipeline_layout=[3,1]",
+                                           " --set model.num_hidden_layers=4", references.at(""));
+  std::printf("pp 2 layout 2+2 -> 3+1: largest relative loss difference after resuming %.3g\n", layout);
+  CHECK(layout < 1e-5);
 }
 
 TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 and 2 to 4 with padding-only ranks", "[dist][tp]") {
@@ -423,26 +437,12 @@ TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 an
       REQUIRE(w.exit_code == 0);
       reference = read_jsonl(whole);
     }
-    // 20 steps at the first tp size with a checkpoint at step 10, then steps 11-20 again from it at
-    // the second size: the resumed steps must follow the single-process curve.
-    const std::string tag = std::to_string(first) + "to" + std::to_string(second), ck = dir.path() + "/ck" + tag;
+    // The resumed steps at the second tp size must follow the single-process curve.
     auto tp_sets = [](int tp) {
       return " --nproc-per-node " + std::to_string(tp) + " --set parallel.tp=" + std::to_string(tp);
     };
-    const auto a = bash(base + tp_sets(first) + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10" +
-                        " --set checkpoint.keep=0" + common_sets(dir.path() + "/" + tag + "-a.jsonl"));
-    INFO(a.out << a.err);
-    REQUIRE(a.exit_code == 0);
-    const std::string resumed = dir.path() + "/" + tag + "-b.jsonl";
-    const auto b = bash(base + tp_sets(second) + " --set checkpoint.resume=" + ck + "/step-00000010" +
-                        common_sets(resumed));
-    INFO(b.out << b.err);
-    REQUIRE(b.exit_code == 0);
-    CHECK(b.out.find("resumed from") != std::string::npos);
-    const auto m = read_jsonl(resumed);
-    REQUIRE(m.size() == 10);
-    const std::vector<nlohmann::json> want(reference.end() - 10, reference.end());
-    const double worst = max_relative_difference(want, m);
+    const std::string tag = std::to_string(first) + "to" + std::to_string(second);
+    const double worst = resumed_difference(dir.path(), tag, base, tp_sets(first), tp_sets(second), "", reference);
     std::printf("tp %d -> tp %d%s: largest relative loss difference after resuming %.3g\n", first, second,
                 model.empty() ? "" : " (vocabulary 255)", worst);
     CHECK(worst < 1e-5);
