@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "checkpoint/dir_check.h"
+#include "core/error.h"
 #include "checkpoint/dir_claim.h"
 #include "data/dataset.h"
 #include "metrics/cpu_memory.h"
@@ -72,6 +73,13 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   const std::unique_ptr<data::Dataset> held_out = r.evaluation.interval > 0 ? data::open_evaluation_dataset(r) : nullptr;
 
   const PipelinePlan pipeline = plan_pipeline(r, mesh, groups.coordinates().pp);
+  // NCCL matches point-to-point messages by posting order alone (the executor's tags serve Gloo).
+  if (device.is_cuda() && mesh.pp > 1 && !parallel::in_order_per_stage_pair(pipeline.spec))
+    throw UserError(fmt::format("parallel.pipeline_schedule=\"{}\" at parallel.pp={} sends activations and "
+                                "gradients between the same two stages in different orders on the two sides, which "
+                                "NCCL cannot match; on GPUs use 1f1b, zero_bubble or gpipe (or interleaved_1f1b with "
+                                "micro-batches per step a multiple of pp)",
+                                r.parallel.pipeline_schedule, mesh.pp));
   model::Transformer model(model_options(r, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <tuple>
 #include <optional>
 #include <stdexcept>
 
@@ -137,6 +139,21 @@ void check_pipeline(const ScheduleSpec& spec, const std::vector<std::vector<Acti
   for (int64_t s = 0; s < pp; ++s)
     if (next[s] < stages[s].size()) stuck += fmt::format("; stage {} waits at {}", s, to_string(stages[s][next[s]]));
   if (!stuck.empty()) throw std::logic_error("pipeline deadlock" + stuck);
+}
+
+bool in_order_per_stage_pair(const ScheduleSpec& spec) {
+  const auto stages = pipeline_schedule(spec);
+  // (from, to) -> the messages in the order the sender posts them, and the order the receiver does.
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::tuple<bool, int64_t, int64_t>>> sent, received;
+  for (int64_t s = 0; s < int64_t(stages.size()); ++s)
+    for (const Action& a : stages[size_t(s)]) {
+      const bool gradient = a.kind == K::SendBackward || a.kind == K::RecvBackward;
+      if (a.kind == K::SendForward || a.kind == K::SendBackward)
+        sent[{s, peer_stage(spec, a)}].emplace_back(gradient, a.micro_batch, a.chunk);
+      else if (a.kind == K::RecvForward || a.kind == K::RecvBackward)
+        received[{peer_stage(spec, a), s}].emplace_back(gradient, a.micro_batch, a.chunk);
+    }
+  return sent == received;
 }
 
 }  // namespace trainer::parallel

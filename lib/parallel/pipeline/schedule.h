@@ -136,10 +136,17 @@ int64_t peer_stage(const ScheduleSpec& spec, const Action& communication);
 // compute action on the stage holding its chunk; every (micro-batch < m, chunk) with exactly one
 // forward (and, training, one backward or B + W); a send exactly where a chunk's neighbour is on
 // another stage, matched by exactly one receive on that stage with the same (direction,
-// micro-batch, chunk), and per (sender, receiver) pair the receives listed in the order of the
-// sends (so an untagged, in-order transport such as NCCL matches them); and the lists run to the
-// end when each stage executes in order, a receive waiting for its send (no deadlock). Throws
-// std::logic_error naming the stage and action.
+// micro-batch, chunk), and per (sender, receiver, activations or gradients) channel the receives
+// listed in the order of the sends; and the lists run to the end when each stage executes in
+// order, a receive waiting for its send (no deadlock). Throws std::logic_error naming the stage
+// and action.
 void check_pipeline(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& stages);
+
+// Whether, between every two stages, the receives are listed in the order of the sends with
+// activations and gradients taken together: what a transport that matches messages by posting
+// order alone (NCCL) needs. True for gpipe, 1f1b and zero_bubble; false for zbv and for
+// interleaved 1F1B at pp = 2 when pp does not divide the micro-batches, where activations and
+// gradients flow the same way between two stages in different orders on the two sides.
+bool in_order_per_stage_pair(const ScheduleSpec& spec);
 
 }  // namespace trainer::parallel

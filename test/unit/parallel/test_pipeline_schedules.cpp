@@ -534,3 +534,22 @@ TEST_CASE("the Chrome trace has one complete event per compute action", "[parall
   CHECK(report.at("stages").at(1).at("actions") == to_string(stages[1]));
   CHECK(report.at("stages").at(0).at("peak_in_flight_chunks") == 2);
 }
+
+TEST_CASE("NCCL order: gpipe - 1f1b and zero_bubble keep one order between two stages - interleaved remainders and zbv do not", "[parallel][pipeline]") {
+  using trainer::parallel::ScheduleKind;
+  using trainer::parallel::ScheduleSpec;
+  using trainer::parallel::in_order_per_stage_pair;
+  for (int64_t pp : {2, 3, 4})
+    for (int64_t m : {4, 8}) {
+      CAPTURE(pp, m);
+      CHECK(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::GPipe, pp, 1, m}));
+      CHECK(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::OneFOneB, pp, 1, m}));
+      CHECK(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::ZeroBubble, pp, 1, m}));
+    }
+  // Interleaving keeps the order where pp divides the micro-batches, not where the last group takes
+  // a remainder; zbv mixes them from 3 micro-batches on.
+  CHECK(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::Interleaved1F1B, 2, 2, 4}));
+  CHECK_FALSE(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::Interleaved1F1B, 2, 2, 5}));
+  CHECK_FALSE(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::ZBV, 2, 2, 4}));
+  CHECK_FALSE(in_order_per_stage_pair(ScheduleSpec{ScheduleKind::ZBV, 4, 2, 8}));
+}
