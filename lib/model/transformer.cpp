@@ -114,8 +114,8 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
   return x;
 }
 
-at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
-                                      const at::Tensor& targets, ForwardOutput* out) const {
+at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
+                                     at::Tensor* aux) const {
   const ChunkLayout& layout = chunks_.at(size_t(chunk));
   const int64_t t = inputs.size(1);
   const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
@@ -124,28 +124,24 @@ at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, c
   if (!layout.embedding && !hidden.defined())
     throw std::logic_error(fmt::format("model chunk {} starts at layer {}: it needs the previous chunk's output", chunk,
                                        layout.first_layer));
-  at::Tensor x = layout.embedding ? embed_.forward(inputs.t()) : hidden;
-  at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
-  x = run_layers(layout, x, cos, sin, &aux);
-  if (out) out->aux_loss = aux;
-  if (!layout.head) return x;
+  *aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
+  return run_layers(layout, layout.embedding ? embed_.forward(inputs.t()) : hidden, cos, sin, aux);
+}
+
+at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
+                                      const at::Tensor& targets, ForwardOutput* out) const {
   ForwardOutput local;
-  ForwardOutput* result = out ? out : &local;
-  result->aux_loss = aux;
-  return loss(x, targets, result);
+  ForwardOutput& result = out ? *out : local;
+  const at::Tensor x = chunk_layers(chunk, hidden, inputs, &result.aux_loss);
+  return chunks_.at(size_t(chunk)).head ? loss(x, targets, &result) : x;
 }
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   if (options_.tp.size > 1)
     throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
   if (!whole_model()) throw std::logic_error("Transformer::logits needs the whole model on this rank");
-  const ChunkLayout& layout = chunks_[0];
-  const int64_t t = inputs.size(1);
-  const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
-  auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
-  at::Tensor aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
-  const at::Tensor h = final_norm_.forward(run_layers(layout, embed_.forward(inputs.t()), cos, sin, &aux));
-  const at::Tensor padded = lm_head_.forward(h);
+  at::Tensor aux;
+  const at::Tensor padded = lm_head_.forward(final_norm_.forward(chunk_layers(0, at::Tensor(), inputs, &aux)));
   return padded.narrow(-1, 0, options_.config.vocab_size).transpose(0, 1).contiguous();
 }
 

@@ -94,6 +94,9 @@ class Transformer {
 
  private:
   bool whole_model() const;
+  // The chunk's embedding (on the first model chunk) or `hidden`, then its decoder layers; *aux
+  // gets the sum of its MoE losses.
+  at::Tensor chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, at::Tensor* aux) const;
   // The chunk's decoder layers on x; MoE losses added to *aux.
   at::Tensor run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
                         at::Tensor* aux) const;

@@ -21,6 +21,9 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
   parallel::ScheduleSpec spec = pipeline.spec;
   spec.kind = parallel::ScheduleKind::ForwardOnly;
   const int64_t last_chunk = pipeline.model_chunks() - 1;
+  const parallel::PipelineLinks links = pipeline_links(
+      spec, recipe, mesh, groups, at::TensorOptions().dtype(model.options().dtype).device(device));
+  const std::vector<parallel::Action> actions = parallel::stage_schedule(spec, pipeline.stage);
   for (int64_t k = 0; k < recipe.evaluation.steps; ++k) {
     std::vector<MicroBatch> batches;
     for (int64_t m = 0; m < mesh.grad_accum_steps; ++m) {
@@ -37,10 +40,8 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
       if (c == last_chunk) loss_sum += out.loss_sum;
       return y;
     };
-    const parallel::PipelineLinks links = pipeline_links(
-        spec, recipe, mesh, groups, at::TensorOptions().dtype(model.options().dtype).device(device));
     parallel::StepExecutor executor(forward, {}, nullptr, pipeline.model_chunks(), links);
-    executor.run(parallel::stage_schedule(spec, pipeline.stage), /*forward_only=*/true);
+    executor.run(actions, /*forward_only=*/true);
   }
   // The loss lives on the stage of the model's last chunk.
   if (mesh.pp > 1) all_reduce_scalars(groups.get(mesh::GroupKind::Pp), {&loss_sum});

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -54,6 +55,32 @@ double max_relative_difference(const std::vector<nlohmann::json>& a, const std::
     worst = std::max(worst, std::fabs(x - y) / std::fabs(x));
   }
   return worst;
+}
+
+// `nproc` ranks running `base` + `parallel` against the single-process run of `base` (one per
+// `base` + `extra`, cached in `references`); `extra` goes last on both. Prints and returns the
+// largest relative loss difference, and the parallel run's metrics.
+std::pair<double, std::vector<nlohmann::json>> compare_with_single(const std::string& dir, const std::string& name,
+                                                                   const std::string& base, int nproc,
+                                                                   const std::string& parallel, const std::string& extra,
+                                                                   std::map<std::string, std::string>& references) {
+  const std::string id = std::to_string(references.size()) + "-" + std::to_string(std::hash<std::string>{}(name));
+  std::string& single = references[base + extra];
+  if (single.empty()) {
+    single = dir + "/" + id + "-single.jsonl";
+    const auto a = bash(base + common_sets(single) + extra);
+    INFO(name << "\n" << a.out << a.err);
+    REQUIRE(a.exit_code == 0);
+  }
+  const std::string file = dir + "/" + id + "-parallel.jsonl";
+  const auto b = bash(base + " --nproc-per-node " + std::to_string(nproc) + parallel + common_sets(file) + extra);
+  INFO(name << "\n" << b.out << b.err);
+  REQUIRE(b.exit_code == 0);
+  const auto reference = read_jsonl(single), m = read_jsonl(file);
+  REQUIRE(m.size() == reference.size());
+  const double worst = max_relative_difference(reference, m);
+  std::printf("%s: largest relative loss difference %.3g\n", name.c_str(), worst);
+  return {worst, m};
 }
 
 // 20 steps of `base` + `first` with a checkpoint at step 10, then steps 11-20 again from it with
@@ -284,24 +311,8 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   };
   std::map<std::string, std::string> references;  // one single-process run per model and data
   for (const auto& c : cases) {
-    const std::string base = trainer_binary() + " run " + kTiny + c.model;
-    const std::string id = std::to_string(&c - cases.data());
-    std::string& single = references[c.model + c.data];
-    if (single.empty()) {
-      single = dir.path() + "/" + id + "-single.jsonl";
-      const auto a = bash(base + common_sets(single) + c.data);
-      INFO(c.name << "\n" << a.out << a.err);
-      REQUIRE(a.exit_code == 0);
-    }
-    const std::string parallel = dir.path() + "/" + id + "-parallel.jsonl";
-    const auto b =
-        bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel) + c.data);
-    INFO(c.name << "\n" << b.out << b.err);
-    REQUIRE(b.exit_code == 0);
-    const auto reference = read_jsonl(single), m = read_jsonl(parallel);
-    REQUIRE(m.size() == reference.size());
-    const double worst = max_relative_difference(reference, m);
-    std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
+    const auto [worst, curve] = compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTiny + c.model,
+                                                    c.nproc, c.parallel, c.data, references);
     CHECK(worst < c.tolerance);
   }
 }
@@ -349,26 +360,10 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
   for (const auto& c : cases) {
     const bool is_tied = c.parallel.find(tied) != std::string::npos;
     const std::string layers = " --set model.num_hidden_layers=" + std::to_string(c.layers) + (is_tied ? tied : "");
-    const std::string base = trainer_binary() + " run " + kTiny;
-    const std::string id = std::to_string(&c - cases.data());
-    std::string& single = references[layers];
-    if (single.empty()) {
-      single = dir.path() + "/" + id + "-single.jsonl";
-      const auto a = bash(base + common_sets(single) + layers);
-      INFO(c.name << "\n" << a.out << a.err);
-      REQUIRE(a.exit_code == 0);
-    }
-    const std::string parallel = dir.path() + "/" + id + "-parallel.jsonl";
-    const auto b =
-        bash(base + " --nproc-per-node " + std::to_string(c.nproc) + c.parallel + common_sets(parallel) + layers);
-    INFO(c.name << "\n" << b.out << b.err);
-    REQUIRE(b.exit_code == 0);
-    const auto reference = read_jsonl(single), m = read_jsonl(parallel);
-    REQUIRE(m.size() == reference.size());
-    const double worst = max_relative_difference(reference, m);
-    std::printf("%s: largest relative loss difference %.3g\n", c.name.c_str(), worst);
+    const auto [worst, curve] =
+        compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTiny, c.nproc, c.parallel, layers, references);
     CHECK(worst < c.tolerance);
-    curves[c.name] = m;
+    curves[c.name] = curve;
   }
   // Zero-bubble defers the weight gradients (W after B) but adds them in the same order: the same
   // losses and gradient norms as 1F1B, bit for bit.
