@@ -1,4 +1,4 @@
-// trainer schedule --pp P [--vpp V] --microbatches M --schedule NAME [--costs F,B,W] [--latency L] [--json]
+// trainer schedule --pp P [--vpp V] --microbatches M --schedule NAME [--costs F,B,W[:F,B,W...]] [--latency L] [--json]
 //                  [--trace FILE]
 // Draws a pipeline schedule: the generator the executor runs (lib/parallel/pipeline/schedule.h),
 // simulated with the given per-chunk costs; one text row per stage, bubble and peak in-flight
@@ -30,7 +30,7 @@ struct ScheduleOptions {
 };
 
 // "F,B,W": forward, input-gradient and weight-gradient time of one model chunk.
-parallel::ChunkCosts parse_costs(const std::string& text) {
+parallel::ChunkCosts parse_chunk_costs(const std::string& text) {
   std::vector<double> values;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
@@ -54,6 +54,24 @@ parallel::ChunkCosts parse_costs(const std::string& text) {
   return {values[0], values[1], values[2]};
 }
 
+// "F,B,W" for every model chunk, or one "F,B,W" per model chunk joined by ':' (model order).
+parallel::SimulationCosts parse_costs(const std::string& text, int64_t model_chunks) {
+  parallel::SimulationCosts costs;
+  std::vector<std::string> triples;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ':');) triples.push_back(item);
+  if (triples.size() == 1) {
+    costs.chunk = parse_chunk_costs(triples.front());
+    return costs;
+  }
+  if (int64_t(triples.size()) != model_chunks)
+    throw UserError(fmt::format("--costs: {} per-chunk entries (F,B,W joined by ':') for {} model chunks (pp x vpp); "
+                                "give one F,B,W for all chunks or one per chunk",
+                                triples.size(), model_chunks));
+  for (const auto& triple : triples) costs.per_chunk.push_back(parse_chunk_costs(triple));
+  return costs;
+}
+
 int run_schedule(const ScheduleOptions& options) {
   parallel::ScheduleSpec spec;
   try {
@@ -62,7 +80,7 @@ int run_schedule(const ScheduleOptions& options) {
     throw UserError(fmt::format("--schedule: {}", e.what()));
   }
   spec.pp = options.pp;
-  spec.vpp = options.vpp > 0 ? options.vpp : (spec.kind == parallel::ScheduleKind::ZBV ? 2 : 1);
+  spec.vpp = options.vpp > 0 ? options.vpp : (parallel::v_layout(spec.kind) ? 2 : 1);
   spec.micro_batches = options.micro_batches;
   try {
     parallel::check_spec(spec);
@@ -70,8 +88,7 @@ int run_schedule(const ScheduleOptions& options) {
     throw UserError(fmt::format("--pp {} --vpp {} --microbatches {}: {}", spec.pp, spec.vpp, spec.micro_batches,
                                 e.what()));
   }
-  parallel::SimulationCosts costs;
-  costs.chunk = parse_costs(options.costs);
+  parallel::SimulationCosts costs = parse_costs(options.costs, spec.pp * spec.vpp);
   costs.latency = options.latency;
 
   const auto stages = parallel::pipeline_schedule(spec);
@@ -87,10 +104,13 @@ int run_schedule(const ScheduleOptions& options) {
     std::fputs((parallel::schedule_json(spec, stages, sim).dump(2) + "\n").c_str(), stdout);
     return kExitOk;
   }
-  std::fputs(fmt::format("{} schedule: pp={} vpp={} micro-batches={}; per chunk F={:g} B={:g} W={:g}{}; model chunk 0 "
+  const std::string cost_text =
+      costs.per_chunk.empty() ? fmt::format("per chunk F={:g} B={:g} W={:g}", costs.chunk.forward,
+                                            costs.chunk.backward_input, costs.chunk.backward_weight)
+                              : "costs per model chunk " + options.costs;
+  std::fputs(fmt::format("{} schedule: pp={} vpp={} micro-batches={}; {}{}; model chunk 0 "
                          "(embedding) on stage {}, chunk {} (head and loss) on stage {}\n",
-                         parallel::schedule_name(spec.kind), spec.pp, spec.vpp, spec.micro_batches, costs.chunk.forward,
-                         costs.chunk.backward_input, costs.chunk.backward_weight,
+                         parallel::schedule_name(spec.kind), spec.pp, spec.vpp, spec.micro_batches, cost_text,
                          costs.latency > 0 ? fmt::format(", latency {:g}", costs.latency) : "",
                          parallel::first_chunk_stage(spec.kind, spec.pp, spec.vpp), spec.pp * spec.vpp - 1,
                          parallel::last_chunk_stage(spec.kind, spec.pp, spec.vpp))
@@ -110,17 +130,17 @@ CommandAction add_schedule_command(CLI::App& parent) {
   CLI::App* command = parent.add_subcommand(
       "schedule", "Draw a pipeline schedule: each stage's simulated timeline, bubble and peak in-flight activations");
   command->add_option("--pp", options->pp, "Pipeline stages")->required()->check(positive_integer());
-  command->add_option("--vpp", options->vpp, "Model chunks per stage (default: 2 for zbv, else 1)")
+  command->add_option("--vpp", options->vpp, "Model chunks per stage (default: 2 for zbv and forward_only_v, else 1)")
       ->check(positive_integer());
   command->add_option("--microbatches", options->micro_batches, "Micro-batches per optimizer step")
       ->required()
       ->check(positive_integer());
   command->add_option("--schedule", options->schedule,
-                      "gpipe, 1f1b, interleaved_1f1b, zero_bubble, zbv or forward_only")
+                      "gpipe, 1f1b, interleaved_1f1b, zero_bubble, zbv, forward_only or forward_only_v")
       ->required();
   command->add_option("--costs", options->costs,
                       "F,B,W: time of one model chunk's forward, input gradient and weight gradient (default 1,1,1; "
-                      "a full backward takes B + W)");
+                      "a full backward takes B + W), or one F,B,W per model chunk joined by ':'");
   command->add_option("--latency", options->latency, "Time from a send to its arrival (default 0)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

@@ -3,12 +3,15 @@
 #include <ATen/ATen.h>
 
 #include "model/recompute.h"
+#include "parallel/context/ring_attention.h"
+#include "parallel/context/ulysses_attention.h"
 
 namespace trainer::model {
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config,
-                     TensorParallel tp)
+                     TensorParallel tp, ContextParallel cp)
     : tp_(tp),
+      cp_(cp),
       local_heads_(config.num_attention_heads / tp.size),
       local_kv_heads_(config.num_key_value_heads / tp.size),
       head_dim_(config.head_dim) {
@@ -19,7 +22,10 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
   o_proj_ = Linear(params, prefix + "o_proj.weight", config.num_attention_heads * d, h, LinearKind::Row, tp);
 }
 
-at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  if (cp_.size > 1)
+    return cp_.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp_.group)
+                                                       : parallel::ulysses_attention(q, k, v, *cp_.group);
   const bool grouped = q.size(1) != k.size(1);
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
                                           /*scale=*/std::nullopt, /*enable_gqa=*/grouped);
@@ -38,7 +44,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   at::Tensor out;
   if (recompute_core) {
-    out = recompute([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{core(in[0], in[1], in[2])}; },
+    out = recompute([this](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{core(in[0], in[1], in[2])}; },
                     {q, k, v})[0];
   } else {
     out = core(q, k, v);

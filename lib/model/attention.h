@@ -1,7 +1,8 @@
 #pragma once
 // Grouped-query causal self-attention through at::scaled_dot_product_attention. Heads are split
-// across tensor-parallel ranks (column-parallel q/k/v, row-parallel o_proj); context parallelism
-// replaces the core attention call (ring or Ulysses) and passes each chunk's positions.
+// across tensor-parallel ranks (column-parallel q/k/v, row-parallel o_proj); under context
+// parallelism each rank holds its zigzag part of the sequence and the core attention runs over the
+// cp group (ring attention or Ulysses, parallel/context/).
 #include <ATen/core/Tensor.h>
 
 #include "model/layers.h"
@@ -13,19 +14,22 @@ namespace trainer::model {
 class Attention {
  public:
   Attention() = default;
-  Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp);
+  Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
+            ContextParallel cp = {});
 
   // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
   // the whole sequence. `recompute_core`: keep no attention-core
   // activations, recompute them in backward (selective recomputation).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core) const;
 
-  // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d].
-  static at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d] (T: this
+  // rank's part of the sequence under context parallelism).
+  at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   TensorParallel tp_;
+  ContextParallel cp_;
   int64_t local_heads_ = 0, local_kv_heads_ = 0, head_dim_ = 0;
 };
 

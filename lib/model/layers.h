@@ -32,6 +32,16 @@ struct TensorParallel {
   bool sp() const { return sequence_parallel && size > 1; }
 };
 
+// This rank's place in the context-parallel group: its part of every sequence is the zigzag
+// split's (parallel/context/zigzag.h), and attention runs over the group.
+struct ContextParallel {
+  enum class Method { Ring, Ulysses };
+  int64_t rank = 0;
+  int64_t size = 1;
+  comm::Communicator* group = nullptr;
+  Method method = Method::Ring;
+};
+
 enum class LinearKind {
   Replicated,  // full weight on every rank
   Column,      // output features split across tp ranks (q/k/v, gate/up, LM head)

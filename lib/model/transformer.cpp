@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/recompute.h"
+#include "parallel/context/zigzag.h"
 #include "parallel/tensor/vocab_parallel_loss.h"
 
 namespace trainer::model {
@@ -17,10 +18,11 @@ Recompute parse_recompute(const std::string& name) {
   throw std::invalid_argument("unknown recompute mode " + name);
 }
 
-DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp) {
+DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
+                           ContextParallel cp) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
-  attention_ = Attention(params, prefix + "self_attn.", config, tp);
+  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp);
   post_attention_norm_ =
       RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   if (config.is_moe_layer(index))
@@ -57,7 +59,7 @@ Transformer::Transformer(const ModelOptions& options)
     if (chunk.embedding)
       embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      layers_.emplace_back(params_, i, c, options.tp);
+      layers_.emplace_back(params_, i, c, options.tp, options.cp);
       layer_index_.push_back(i);
     }
     if (chunk.head) {
@@ -117,8 +119,11 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
 at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
                                      at::Tensor* aux) const {
   const ChunkLayout& layout = chunks_.at(size_t(chunk));
-  const int64_t t = inputs.size(1);
-  const at::Tensor positions = at::arange(t, at::TensorOptions().dtype(at::kLong).device(inputs.device()));
+  // Under context parallelism `inputs` hold this rank's zigzag part of each sequence: its positions.
+  const int64_t t = inputs.size(1), cp = options_.cp.size;
+  const auto index_options = at::TensorOptions().dtype(at::kLong).device(inputs.device());
+  const at::Tensor positions = cp == 1 ? at::arange(t, index_options)
+                                       : parallel::zigzag_positions(t * cp, cp, options_.cp.rank, index_options);
   auto [cos, sin] = rotary_.cos_sin(positions, options_.dtype);
   // Activations are [s, b, h] (sequence chunks contiguous for sequence parallelism).
   if (!layout.embedding && !hidden.defined())

@@ -41,6 +41,7 @@ struct ModelOptions {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   Recompute recompute = Recompute::None;
   TensorParallel tp;
+  ContextParallel cp;
 };
 
 struct ForwardOutput {
@@ -51,7 +52,8 @@ struct ForwardOutput {
 
 class DecoderLayer {
  public:
-  DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp);
+  DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
+               ContextParallel cp);
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                             bool recompute_attention_core) const;

@@ -11,13 +11,12 @@ namespace {
 template <typename F>
 void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
-  for (auto [name, value] : {std::pair{"cp", p.cp}, {"ep", p.ep}})
-    if (value != 1) unsupported(name, value);
-  // Pipelines: dense models with untied embeddings; evaluation runs the forward-only schedule, which
-  // has no V layout yet.
-  if (p.pp > 1 && (r.model.moe || (r.model.tie_word_embeddings && p.zero > 0 && p.pipeline_schedule != "zbv") ||
-                   (r.evaluation.interval > 0 && p.pipeline_schedule == "zbv")))
-    unsupported("pp", p.pp);
+  if (p.ep != 1) unsupported("ep", p.ep);
+  // MoE under cp: the load-balancing statistics would cover only this rank's part of each sequence
+  // (expert parallelism brings them over the whole batch).
+  if (p.cp > 1 && r.model.moe) unsupported("cp", p.cp);
+  // Pipelines: dense models (the MoE load-balancing loss arrives with expert parallelism).
+  if (p.pp > 1 && r.model.moe) unsupported("pp", p.pp);
   if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
   if (p.zero > 1) unsupported("zero", p.zero);
@@ -36,16 +35,17 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
     if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
     else if (name == "pp")
-      problems.push_back(fmt::format("parallel.pp={}: this build's pipeline runs dense models (model.moe needs pp 1); "
-                                     "tied embeddings split across stages need parallel.zero=0 (or the zbv schedule, "
-                                     "which keeps both ends on stage 0); evaluation does not run under zbv yet",
-                                     value));
+      problems.push_back(
+          fmt::format("parallel.pp={}: this build's pipeline runs dense models (model.moe needs pp 1)", value));
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "
                                      "parallelism only (tp 1); dense models take any tp", value));
+    else if (name == "cp")
+      problems.push_back(fmt::format("parallel.cp={} with model.moe: this build runs MoE layers without context "
+                                     "parallelism only (cp 1); dense models take any cp", value));
     else
-      problems.push_back(fmt::format("parallel.{}={}: this build trains with tensor, pipeline and data parallelism "
-                                     "(cp and ep must be 1); `trainer validate` and the estimator accept it",
+      problems.push_back(fmt::format("parallel.{}={}: this build trains with tensor, context, pipeline and data "
+                                     "parallelism (ep must be 1); `trainer validate` and the estimator accept it",
                                      name, value));
   });
   return problems;

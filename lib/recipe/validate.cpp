@@ -142,10 +142,14 @@ class Checker {
       if (p.cp_method == "ulysses") {
         const int64_t heads = m.num_attention_heads / std::max<int64_t>(1, p.tp);
         const int64_t kv_heads = m.num_key_value_heads / std::max<int64_t>(1, p.tp);
-        if (heads % p.cp != 0 || kv_heads % p.cp != 0)
-          add("parallel.cp_method=\"ulysses\" splits heads across cp ranks, but the {} query and {} key/value heads "
-              "per tp rank are not divisible by parallel.cp={}; use cp in {} or cp_method \"ring\"",
-              heads, kv_heads, p.cp, divisors_text(std::gcd(heads, kv_heads)));
+        // Key/value heads need not divide: they are repeated up to lcm(kv, cp) heads, which
+        // divides the query heads whenever cp does.
+        if (heads % p.cp != 0)
+          add("parallel.cp_method=\"ulysses\" splits the query heads across cp ranks, but the {} query heads per tp "
+              "rank (model.num_attention_heads={} / parallel.tp={}) are not divisible by parallel.cp={}; use cp in {} "
+              "or cp_method \"ring\"",
+              heads, m.num_attention_heads, p.tp, p.cp, divisors_text(heads));
+        (void)kv_heads;
       }
     }
     if (p.sequence_parallel && p.tp > 1 && (t.seq_len / p.cp) % p.tp != 0)

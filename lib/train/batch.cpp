@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "parallel/context/zigzag.h"
 
 namespace trainer::train {
 
@@ -27,6 +28,12 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
   if (loss_mask_token) targets.masked_fill_(targets == *loss_mask_token, model::kIgnoreIndex);
   batch.targets = targets.to(device);
   return batch;
+}
+
+MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank) {
+  if (cp == 1) return batch;
+  return {parallel::zigzag_take(batch.inputs, 1, cp, rank).contiguous(),
+          parallel::zigzag_take(batch.targets, 1, cp, rank).contiguous()};
 }
 
 }  // namespace trainer::train

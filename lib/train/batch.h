@@ -25,4 +25,8 @@ uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t acc
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
                             int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token = std::nullopt);
 
+// Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
+// zigzag.h), inputs and targets alike; the batch itself for cp = 1.
+MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank);
+
 }  // namespace trainer::train

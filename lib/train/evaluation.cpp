@@ -19,7 +19,7 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
   at::Tensor loss_sum = at::zeros({}, scalar), tokens = at::zeros({}, scalar);
   const int64_t batch = recipe.training.micro_batch_size;
   parallel::ScheduleSpec spec = pipeline.spec;
-  spec.kind = parallel::ScheduleKind::ForwardOnly;
+  spec.kind = parallel::forward_only_for(spec.kind);
   const int64_t last_chunk = pipeline.model_chunks() - 1;
   const parallel::PipelineLinks links = pipeline_links(
       spec, recipe, mesh, groups, at::TensorOptions().dtype(model.options().dtype).device(device));
@@ -29,8 +29,9 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
     for (int64_t m = 0; m < mesh.grad_accum_steps; ++m) {
       const uint64_t first = first_sample_of(uint64_t(k * mesh.global_batch_size), groups.coordinates().dp,
                                              mesh.grad_accum_steps, m, batch);
-      batches.push_back(
-          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, recipe.data.loss_mask_token));
+      batches.push_back(context_part(
+          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, recipe.data.loss_mask_token),
+          mesh.cp, groups.coordinates().cp));
       tokens += (batches.back().targets != model::kIgnoreIndex).sum();
     }
     auto forward = [&](int64_t m, int64_t c, const at::Tensor& input) {

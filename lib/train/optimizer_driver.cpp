@@ -47,7 +47,14 @@ std::string OptimizerDriver::describe() const {
 void OptimizerDriver::begin_step() { buckets_->begin_step(); }
 void OptimizerDriver::begin_backward(int64_t chunk, bool last) { buckets_->begin_backward(chunk, last); }
 void OptimizerDriver::end_backward(int64_t chunk) { buckets_->end_backward(chunk); }
-void OptimizerDriver::finish_gradients() { buckets_->finish(); }
+void OptimizerDriver::finish_gradients() {
+  buckets_->finish();
+  // A tied embedding split across the pipeline: the embedding's and the head copy's gradients
+  // (each already summed over dp x cp) are added on both ends, so both copies take the same step.
+  // Middle stages hold no copy (and have no embedding group).
+  for (const auto& p : model_.parameters().all())
+    if (p.tied_across_stages) return buckets_->sum_tied_across_stages(groups_.get(mesh::GroupKind::Embedding));
+}
 
 at::Tensor OptimizerDriver::grad_norm() { return buckets_->grad_norm(); }
 

@@ -113,10 +113,10 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   last_loss_ = step_loss;
   const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
   if (bad_loss > 0 || bad_norm > 0) {
-    print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
+    print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap, f);
     check_finite(step, step_loss, grad_norm, bad_loss, bad_norm);
   }
-  if (logged) print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap);
+  if (logged) print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap, f);
 }
 
 void StepLog::check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss,
@@ -137,7 +137,7 @@ void StepLog::check_finite(int64_t step, double loss, double grad_norm, double f
 }
 
 void StepLog::print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
-                         const parallel::OverlapStats* overlap) {
+                         const parallel::OverlapStats* overlap, const StepFigures& f) {
   const recipe::Recipe& r = recipe_;
   const bool on_gpu = device_.is_cuda();
   metrics::StepMetrics m;
@@ -161,6 +161,18 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
   if (floor_) m.extra["loss_floor"] = *floor_;
   m.extra["mem_predicted_bytes"] = int64_t(predicted_.peak_bytes);
   m.extra["step_time_predicted_s"] = predicted_.has_time ? nlohmann::json(predicted_.step_time_s) : nlohmann::json();
+  if (f.chunk_seconds.defined()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t c = 0; c < f.chunk_seconds.size(0); ++c)
+      rows.push_back({f.chunk_seconds[c][0].item<double>(), f.chunk_seconds[c][1].item<double>(),
+                      f.chunk_seconds[c][2].item<double>()});
+    m.extra["chunk_compute_s"] = rows;
+  }
+  if (f.stage_peak_bytes.defined() && f.stage_peak_bytes.numel() > 1) {
+    std::vector<int64_t> peaks;
+    for (int64_t s = 0; s < f.stage_peak_bytes.numel(); ++s) peaks.push_back(int64_t(f.stage_peak_bytes[s].item<double>()));
+    m.extra["stage_mem_peak_bytes"] = peaks;
+  }
   if (overlap)
     m.extra["dp_overlap"] = {{"buckets", overlap->buckets},
                              {"launched_in_backward", overlap->launched_in_backward},

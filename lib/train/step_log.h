@@ -43,7 +43,8 @@ class StepLog {
  private:
   void check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss, double first_bad_norm) const;
   void print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
-                  const parallel::OverlapStats* overlap);
+                  const parallel::OverlapStats* overlap,
+                  const StepFigures& figures);
 
   const recipe::LoadedRecipe& loaded_;
   const recipe::Recipe& recipe_;

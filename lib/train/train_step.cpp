@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "metrics/cpu_memory.h"
 #include "parallel/pipeline/executor.h"
 #include "train/batch.h"
 
@@ -38,8 +39,9 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   StepFigures f{at::zeros({}, scalar), at::zeros({}, scalar), at::zeros({}, scalar), {}};
   for (int64_t m = 0; m < accumulation; ++m) {
     const uint64_t first = first_sample_of(uint64_t(consumed_samples), groups_.coordinates().dp, accumulation, m, batch);
-    batches.push_back(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
-                                       recipe_.data.loss_mask_token));
+    batches.push_back(context_part(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
+                                                    recipe_.data.loss_mask_token),
+                                   mesh_.cp, groups_.coordinates().cp));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
   all_reduce_scalars(dp, {&f.real_tokens});
@@ -70,14 +72,21 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
 
   optimizer_.begin_step();
   executor.run(parallel::stage_schedule(pipeline_.spec, pipeline_.stage));
+  if (device_.is_cpu()) {
+    // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
+    // group fills them all.
+    const auto& seconds = executor.compute_seconds();
+    const int64_t chunks = int64_t(seconds.size());
+    at::Tensor packed = at::zeros({chunks * 3 + mesh_.pp}, at::kDouble);
+    auto view = packed.accessor<double, 1>();
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t k = 0; k < 3; ++k) view[c * 3 + k] = seconds[size_t(c)][size_t(k)] / double(accumulation);
+    view[chunks * 3 + pipeline_.stage] = double(metrics::CpuMemoryTracker::peak_bytes());
+    if (mesh_.pp > 1) groups_.get(mesh::GroupKind::Pp).all_reduce(packed, comm::ReduceOp::Sum)->wait();
+    f.chunk_seconds = packed.narrow(0, 0, chunks * 3).view({chunks, 3});
+    f.stage_peak_bytes = packed.narrow(0, chunks * 3, mesh_.pp);
+  }
   optimizer_.finish_gradients();
-  // A tied embedding split across the pipeline: the embedding's and the head copy's gradients
-  // (each already summed over dp x cp) are added on both ends, so both copies take the same step.
-  for (auto& p : model_.parameters().all())
-    if (p.tied_across_stages) {
-      at::Tensor grad = p.grad();
-      groups_.get(mesh::GroupKind::Embedding).all_reduce(grad, comm::ReduceOp::Sum)->wait();
-    }
   all_reduce_scalars(dp, {&f.loss_sum, &f.aux_sum});
   // The loss lives on the stage of the model's last chunk: every stage gets it.
   if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});

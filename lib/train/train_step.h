@@ -23,6 +23,13 @@ struct StepFigures {
   at::Tensor aux_sum;      // MoE load-balancing losses summed over micro-batches and data-parallel ranks
   at::Tensor real_tokens;  // targets in the loss
   at::Tensor grad_norm;    // before clipping
+  // On the CPU only (host time is meaningful there): [model chunks, 3] doubles, the seconds one
+  // micro-batch spends in each chunk's forward, backward (zero-bubble: input gradient) and weight
+  // gradient (zero-bubble only), gathered from every stage. Undefined on a GPU.
+  at::Tensor chunk_seconds;
+  // On the CPU only: [pp] doubles, each stage's peak tensor bytes (tracked since the last logged
+  // step) at the end of its backward, gathered from every stage.
+  at::Tensor stage_peak_bytes;
 };
 
 class TrainStep {

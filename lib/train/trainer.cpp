@@ -43,6 +43,9 @@ model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, c
   options.chunks = pipeline.chunks;
   options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
                 r.parallel.sequence_parallel};
+  options.cp = {groups.coordinates().cp, groups.layout().shape().cp, &groups.get(mesh::GroupKind::Cp),
+                r.parallel.cp_method == "ulysses" ? model::ContextParallel::Method::Ulysses
+                                                  : model::ContextParallel::Method::Ring};
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -80,6 +83,12 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
                                 "NCCL cannot match; on GPUs use 1f1b, zero_bubble or gpipe (or interleaved_1f1b with "
                                 "micro-batches per step a multiple of pp)",
                                 r.parallel.pipeline_schedule, mesh.pp));
+  // Ring attention's blocks run on the CPU flash kernel; the GPU's fused kernels with a
+  // log-sum-exp are not wired (no GPU has run them yet). Ulysses runs SDPA, on any device.
+  if (device.is_cuda() && mesh.cp > 1 && r.parallel.cp_method == "ring")
+    throw UserError(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build; on GPUs use "
+                                "parallel.cp_method=\"ulysses\"",
+                                mesh.cp));
   model::Transformer model(model_options(r, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);

@@ -222,14 +222,17 @@ TEST_CASE("dist: masked targets are normalised by the global real-token count on
   CHECK(max_relative_difference(reference, read_jsonl(dir.path() + "/unmasked.jsonl")) > 1e-4);
 }
 
-TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 - DP=2 and through an interleaved pipeline", "[dist]") {
+TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 - DP=2 and through interleaved and V pipelines", "[dist]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny +
                               " --set evaluation.interval=10 --set evaluation.steps=2";
   std::vector<std::vector<double>> losses;
   // The pipeline case runs the forward-only schedule over pp 2 x vpp 2 chunks (4 layers).
+  // The zbv case runs it in a V (forward_only_v: the loss on stage 0).
   const std::string pipeline = " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b";
-  for (const auto& [nproc, extra] : std::vector<std::pair<std::string, std::string>>{{"1", ""}, {"2", ""}, {"2", pipeline}}) {
+  const std::string v = " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=zbv";
+  for (const auto& [nproc, extra] :
+       std::vector<std::pair<std::string, std::string>>{{"1", ""}, {"2", ""}, {"2", pipeline}, {"2", v}}) {
     const std::string file = dir.path() + "/n" + nproc + std::to_string(losses.size()) + ".jsonl";
     const auto r = bash(trainer + " --nproc-per-node " + nproc + common_sets(file) +
                         " --set model.num_hidden_layers=4" + extra);
@@ -247,6 +250,7 @@ TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 - DP=2 and thro
   }
   for (size_t i = 0; i < 2; ++i) CHECK(losses[1][i] == Approx(losses[0][i]).epsilon(1e-5));
   for (size_t i = 0; i < 2; ++i) CHECK(losses[2][i] == Approx(losses[0][i]).epsilon(1e-5));
+  for (size_t i = 0; i < 2; ++i) CHECK(losses[3][i] == Approx(losses[0][i]).epsilon(1e-5));
   CHECK(losses[0][1] < losses[0][0]);  // it learns
 }
 
@@ -269,6 +273,22 @@ TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp 
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("gradients match") != std::string::npos);
   }
+}
+
+TEST_CASE("dist: ring and Ulysses attention equal whole-sequence causal attention at cp 2 3 and 4 with GQA", "[dist][cp]") {
+  const std::string worker = std::string(TRAINER_BINARY_DIR) + "/cp_attention_worker";
+  for (const std::string method : {"ring", "ulysses"})
+    for (const int cp : {2, 3, 4})
+      for (const std::string dtype : {"f32", "f64"}) {
+        const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(cp - 1) + "); do RANK=$r WORLD_SIZE=" +
+                            std::to_string(cp) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                            " OMP_NUM_THREADS=1 " + worker + " " + method + " " + dtype +
+                            " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
+        INFO(method << " cp " << cp << " " << dtype << "\n" << r.out << r.err);
+        CHECK(r.exit_code == 0);
+        CHECK(r.out.find("largest relative differences") != std::string::npos);
+        std::printf("%s", r.out.c_str());
+      }
 }
 
 TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "[dist][tp]") {
@@ -317,6 +337,54 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   }
 }
 
+TEST_CASE("dist: context parallelism with ring and Ulysses reproduces the single-process loss curve", "[dist][cp]") {
+  TempDir dir;
+  struct Case {
+    std::string name;
+    int nproc;
+    std::string parallel;  // --set options of the parallel run
+  };
+  auto cp = [](int size, const std::string& method) {
+    return " --set parallel.cp=" + std::to_string(size) + " --set parallel.cp_method=" + method;
+  };
+  const std::string tp_sp = " --set parallel.tp=2 --set parallel.sequence_parallel=true";
+  // tiny-llama: 4 query and 2 key/value heads (Ulysses at cp 4 and at tp 2 x cp 2 repeats the kv
+  // heads); 64 tokens: chunks of 16 at cp 2, 8 at cp 4.
+  const std::vector<Case> cases = {
+      {"cp2 ring", 2, cp(2, "ring")},
+      {"cp2 ulysses", 2, cp(2, "ulysses")},
+      {"cp4 ring", 4, cp(4, "ring")},
+      {"cp4 ulysses", 4, cp(4, "ulysses")},
+      {"cp2 ring tp2 sp", 4, cp(2, "ring") + tp_sp},
+      {"cp2 ulysses tp2 sp", 4, cp(2, "ulysses") + tp_sp},
+      {"cp2 ring dp2 zero1", 4, cp(2, "ring") + " --set parallel.zero=1"},
+      {"cp2 ulysses dp2 zero1", 4, cp(2, "ulysses") + " --set parallel.zero=1"},
+      {"cp2 ring selective recompute", 2, cp(2, "ring") + " --set training.recompute=selective"},
+      {"cp2 ring pp2 1f1b", 4, cp(2, "ring") + " --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"},
+  };
+  std::map<std::string, std::string> references;
+  for (const auto& c : cases) {
+    const auto [worst, curve] =
+        compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTiny, c.nproc, c.parallel, "", references);
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("dist: a checkpoint saved at cp 2 with ZeRO-1 resumes at cp 1 and at cp 4 with Ulysses", "[dist][cp]") {
+  TempDir dir;
+  const std::string base = trainer_binary() + " run " + kTiny;
+  const std::string whole = dir.path() + "/whole.jsonl";
+  REQUIRE(bash(base + common_sets(whole)).exit_code == 0);
+  const auto reference = read_jsonl(whole);
+  const std::string saved = " --nproc-per-node 2 --set parallel.cp=2 --set parallel.zero=1";
+  for (const auto& [tag, second] : std::vector<std::pair<std::string, std::string>>{
+           {"cp1", ""}, {"cp4", " --nproc-per-node 4 --set parallel.cp=4 --set parallel.cp_method=ulysses"}}) {
+    const double worst = resumed_difference(dir.path(), tag, base, saved, second, "", reference);
+    std::printf("cp 2 ZeRO-1 -> %s: largest relative loss difference after resuming %.3g\n", tag.c_str(), worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curve", "[dist][pp]") {
   TempDir dir;
   struct Case {
@@ -350,6 +418,9 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
       {"pp4 tied interleaved vpp2", 4, pp(4, "interleaved_1f1b", 2) + tied, 8},
       {"pp2 tied zbv", 2, pp(2, "zbv", 2) + tied},
       {"pp2 dp2 tied gpipe", 4, pp(2, "gpipe") + tied},
+      // ZeRO-1: each end's copy in a bucket of its own, so the shards line up across the ends.
+      {"pp2 dp2 zero1 tied 1f1b", 4, pp(2, "1f1b") + " --set parallel.zero=1" + tied},
+      {"pp3 dp2 zero1 tied zero_bubble", 6, pp(3, "zero_bubble") + " --set parallel.zero=1" + tied},
       // Uneven splits: 5 layers over 3 stages (balanced: 2, 2, 1), 3 over 2, and an explicit layout.
       {"pp3 5 layers zero_bubble", 3, pp(3, "zero_bubble"), 5},
       {"pp2 3 layers interleaved vpp2", 2, pp(2, "interleaved_1f1b", 2), 3},
@@ -410,6 +481,13 @@ TEST_CASE("dist: a checkpoint saved at pp 2 resumes at pp 1 - pp 4 and another l
                                            " --set model.num_hidden_layers=4", references.at(""));
   std::printf("pp 2 layout 2+2 -> 3+1: largest relative loss difference after resuming %.3g\n", layout);
   CHECK(layout < 1e-5);
+  // Tied copies under ZeRO-1 (pp 2 x dp 2): their optimizer fragments resume in one process.
+  const std::string tied4 = " --set model.num_hidden_layers=4" + tied;
+  const double zero1 = resumed_difference(dir.path(), "tiedzero1", trainer_binary() + " run " + kTiny,
+                                          " --nproc-per-node 4 --set parallel.pp=2 --set parallel.zero=1", pp_sets(1),
+                                          tied4, references.at(tied));
+  std::printf("pp 2 x dp 2 ZeRO-1 tied -> pp 1: largest relative loss difference after resuming %.3g\n", zero1);
+  CHECK(zero1 < 1e-5);
 }
 
 TEST_CASE("dist: checkpoints reshard across tp sizes 2 to 1 - 1 to 2 - 4 to 2 and 2 to 4 with padding-only ranks", "[dist][tp]") {

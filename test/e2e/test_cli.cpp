@@ -212,4 +212,16 @@ TEST_CASE("schedule draws a pipeline: text chart - JSON - Chrome trace - bad inp
             .exit_code == 2);
   CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "nope"}).exit_code == 2);
   CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "1f1b", "--costs", "1,x"}).exit_code == 2);
+  // Costs per model chunk: pp 2 x 1 micro-batch, F 1 then 3, full backward 2 + 0 then 4 + 0:
+  // 1 + 3 + 4 + 2 = 10.
+  const auto per_chunk = run_trainer(
+      {"schedule", "--pp", "2", "--microbatches", "1", "--schedule", "1f1b", "--costs", "1,2,0:3,4,0", "--json"});
+  INFO(per_chunk.err);
+  REQUIRE(per_chunk.exit_code == 0);
+  const auto timeline = nlohmann::json::parse(per_chunk.out)["stages"];
+  CHECK(timeline[0]["busy"].get<double>() + timeline[0]["idle"].get<double>() == Approx(10));
+  const auto wrong_count =
+      run_trainer({"schedule", "--pp", "2", "--microbatches", "1", "--schedule", "1f1b", "--costs", "1,1,1:1,1,1:1,1,1"});
+  CHECK(wrong_count.exit_code == 2);
+  CHECK(wrong_count.err.find("3 per-chunk entries") != std::string::npos);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "parallel/data/replicas.h"
 
@@ -40,23 +41,24 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
     : params_(params), groups_(groups), world_(groups.world()), options_(options) {
   // Fill one open bucket per (chunk, group) in reverse parameter order.
   const int64_t element_bytes = int64_t(c10::elementSize(options.grad_dtype));
-  std::map<std::pair<int64_t, int>, Bucket> open;
+  std::map<std::tuple<int64_t, int, bool>, Bucket> open;
   int64_t chunks = 1;
   for (size_t k = params.size(); k-- > 0;) {
     const model::Parameter& p = params[k];
     chunks = std::max(chunks, p.chunk + 1);
-    const std::pair<int64_t, int> key{p.chunk, int(p.grad_group)};
+    const std::tuple<int64_t, int, bool> key{p.chunk, int(p.grad_group), p.tied_across_stages};
     Bucket& b = open[key];
     if (b.params.empty()) {
       b.chunk = p.chunk;
       b.group = p.grad_group;
+      b.tied_across_stages = p.tied_across_stages;
       b.comm = &groups.get(p.grad_group);
     }
     b.params.push_back(k);
     b.offsets.push_back(b.numel);
     b.numel += p.tensor.numel();
     b.expected += p.uses;
-    if (b.numel * element_bytes >= options.bucket_bytes) {
+    if (b.numel * element_bytes >= options.bucket_bytes || p.tied_across_stages) {
       buckets_.push_back(std::move(b));
       open.erase(key);
     }
@@ -166,6 +168,15 @@ void GradBuckets::finish() {
   while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
+}
+
+void GradBuckets::sum_tied_across_stages(comm::Communicator& embedding) {
+  for (auto& b : buckets_) {
+    if (!b.tied_across_stages || embedding.size() == 1) continue;
+    const bool shard_only = options_.sharded && b.comm->size() > 1;
+    at::Tensor reduced = shard_only ? b.grads.narrow(0, shard_begin(b), shard_numel(b)) : b.grads;
+    embedding.all_reduce(reduced, comm::ReduceOp::Sum)->wait();
+  }
 }
 
 void GradBuckets::zero_grad() {

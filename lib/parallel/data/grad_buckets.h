@@ -7,7 +7,7 @@
 // gradients autograd computes itself, the norms', into it).
 //
 // Buckets hold parameters of one model chunk and one reduction group (dp x cp for dense weights,
-// edp for experts), filled in reverse parameter order (roughly the order backward produces
+// edp for experts; a tied embedding split across the pipeline alone), filled in reverse parameter order (roughly the order backward produces
 // gradients) up to a size. A bucket's reduction is launched (asynchronously) the moment its last
 // gradient of the step has arrived (after the chunk's last micro-batch began its backward, every
 // use of every parameter has contributed; deferred weight gradients count when they run), in
@@ -50,6 +50,7 @@ class GradBuckets {
   struct Bucket {
     int64_t chunk = 0;
     mesh::GroupKind group = mesh::GroupKind::DpCp;
+    bool tied_across_stages = false;  // holds only a tied embedding copy (see sum_tied_across_stages)
     comm::Communicator* comm = nullptr;
     std::vector<size_t> params;    // indices into the parameter list
     std::vector<int64_t> offsets;  // element offset of each parameter in the buffers
@@ -78,6 +79,10 @@ class GradBuckets {
   // this rank's shard).
   void finish();
   void zero_grad();
+  // After finish(): adds the reduced gradients of the tied embedding's copies on the two ends of a
+  // pipeline (over `embedding`, the embedding group), so both copies take the same step. Each copy
+  // has a bucket of its own, so its shard covers the same elements on both ends under ZeRO-1.
+  void sum_tied_across_stages(comm::Communicator& embedding);
 
   // The L2 norm of all reduced gradients of the model across every rank, each unique element
   // counted once (replicas.h): a 0-dim double tensor on the gradients' device. A collective over

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <chrono>
 #include <stdexcept>
 
 namespace trainer::parallel {
@@ -37,6 +38,7 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
   check_schedule(actions, forward_only);
   forward_only_ = forward_only;
   local_.assign(size_t(model_chunks_), false);
+  compute_seconds_.assign(size_t(model_chunks_), {0.0, 0.0, 0.0});
   std::map<int64_t, size_t> last_backward;  // chunk -> index of its last (input) backward
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -61,6 +63,7 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     if (is_compute(a.kind)) post_through(next_compute_after(i));
+    const auto start = std::chrono::steady_clock::now();
     switch (a.kind) {
       case K::Forward: forward(a); break;
       case K::Backward:
@@ -79,6 +82,9 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
         finish_receive(a);
         break;
     }
+    if (is_compute(a.kind))
+      compute_seconds_[size_t(a.chunk)][a.kind == K::Forward ? 0 : a.kind == K::BackwardWeight ? 2 : 1] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     release_sent();
   }
   for (auto& s : sends_) s.work->wait();

@@ -21,6 +21,7 @@
 // (BackwardWeight).
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +64,11 @@ class StepExecutor {
   // until they are sent.
   void run(const std::vector<Action>& actions, bool forward_only = false);
 
+  // Wall-clock seconds the last run spent computing, per model chunk: {forward, backward (or
+  // input-gradient B), weight-gradient W}, summed over its micro-batches; zeros for chunks on
+  // other stages. Host time: on a GPU it counts launches, not kernels.
+  const std::vector<std::array<double, 3>>& compute_seconds() const { return compute_seconds_; }
+
  private:
   using Key = std::pair<int64_t, int64_t>;  // (micro-batch, model chunk)
   void forward(const Action& a);
@@ -92,6 +98,7 @@ class StepExecutor {
   std::vector<Pending> sends_;
   std::vector<bool> local_;  // per model chunk: computed on this stage
   bool forward_only_ = false;
+  std::vector<std::array<double, 3>> compute_seconds_;
 };
 
 }  // namespace trainer::parallel

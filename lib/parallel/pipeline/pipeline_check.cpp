@@ -18,7 +18,7 @@ using K = Action::Kind;
 void check_pipeline(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& stages) {
   check_spec(spec);
   const int64_t pp = spec.pp, chunks = spec.pp * spec.vpp, m = spec.micro_batches;
-  const bool forward_only = spec.kind == ScheduleKind::ForwardOnly;
+  const bool forward_only = is_forward_only(spec.kind);
   if (static_cast<int64_t>(stages.size()) != pp)
     throw std::logic_error(fmt::format("pipeline: {} action lists for pp={}", stages.size(), pp));
   const std::vector<int64_t> chunk_stage = chunk_stages(spec);

@@ -9,8 +9,8 @@
 // ("local chunks" 0..vpp-1), placed by the schedule kind:
 //   gpipe, 1f1b, zero_bubble (vpp = 1): model chunk s on stage s;
 //   interleaved_1f1b, forward_only: model chunk c * pp + s is local chunk c of stage s (Megatron);
-//   zbv (vpp = 2): a V, model chunk s on stage s (local 0) and model chunk 2pp-1-s on stage s
-//   (local 1), so stage 0 holds both the first and the last model chunk.
+//   zbv, forward_only_v (vpp = 2): a V, model chunk s on stage s (local 0) and model chunk
+//   2pp-1-s on stage s (local 1), so stage 0 holds both the first and the last model chunk.
 //
 // Communication. An activation or gradient is named by the micro-batch and the model chunk that
 // produced it: SendForward(m, c) sends chunk c's output of micro-batch m to the stage holding chunk
@@ -69,16 +69,22 @@ std::vector<Action> single_stage_schedule(int64_t micro_batches);
 // it, and each happens at most once. Throws std::logic_error naming the first offending action.
 void check_schedule(const std::vector<Action>& actions, bool forward_only = false);
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubble, ZBV, ForwardOnly };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubble, ZBV, ForwardOnly, ForwardOnlyV };
 
-// "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv", "forward_only" (the recipe's
-// parallel.pipeline_schedule). parse throws std::invalid_argument listing the known names.
+// "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv" (the recipe's
+// parallel.pipeline_schedule), "forward_only", "forward_only_v" (evaluation). parse throws std::invalid_argument listing the known names.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 const std::vector<ScheduleKind>& all_schedule_kinds();
 
 // Zero-bubble kinds split every backward into BackwardInput and BackwardWeight.
 bool splits_backward(ScheduleKind kind);
+// forward_only and forward_only_v: forwards only (evaluation).
+bool is_forward_only(ScheduleKind kind);
+// zbv and forward_only_v place their chunks in a V.
+bool v_layout(ScheduleKind kind);
+// The forward-only kind with the chunk layout of `training` (forward_only_v for zbv).
+ScheduleKind forward_only_for(ScheduleKind training);
 
 // Where the pp * vpp model chunks live (see the top of this file). Each throws
 // std::invalid_argument for a layout the kind does not take (check_layout's rules) or an index out
@@ -94,12 +100,12 @@ struct ScheduleSpec;
 std::vector<int64_t> chunk_stages(const ScheduleSpec& spec);
 int64_t model_chunk_at(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t stage, int64_t local_chunk);
 // The stage holding model chunk 0 (the embedding) and the one holding the last (head and loss):
-// 0 and pp - 1, except zbv: 0 and 0.
+// 0 and pp - 1, except in a V: 0 and 0.
 int64_t first_chunk_stage(ScheduleKind kind, int64_t pp, int64_t vpp);
 int64_t last_chunk_stage(ScheduleKind kind, int64_t pp, int64_t vpp);
 
 // The layout rules: pp >= 1; gpipe, 1f1b and zero_bubble take vpp = 1; interleaved_1f1b vpp >= 2;
-// zbv vpp = 2; forward_only any vpp >= 1. Throws std::invalid_argument naming the rule.
+// zbv and forward_only_v vpp = 2; forward_only any vpp >= 1. Throws std::invalid_argument naming the rule.
 void check_layout(ScheduleKind kind, int64_t pp, int64_t vpp);
 
 struct ScheduleSpec {
@@ -122,7 +128,9 @@ void check_spec(const ScheduleSpec& spec);
 //   zero_bubble: ZB-H1 (Qi et al. 2023): 1F1B's forwards and input-gradient backwards, stage s
 //     holding back its first s weight-gradient passes for the cool-down, where they fill the bubble;
 //   zbv: ZB-V (Qi et al. 2023, section 6) on the V layout, split backward throughout;
-//   forward_only: forwards in Megatron's interleaved order (for vpp = 1: micro-batch order).
+//   forward_only: forwards in Megatron's interleaved order (for vpp = 1: micro-batch order);
+//   forward_only_v: the forwards of both local chunks ordered by micro-batch + model chunk (the
+//     earliest each can start), which is one order for all stages, so no stage waits on a later one.
 // Throws std::invalid_argument (check_spec, or a stage out of range).
 std::vector<Action> stage_schedule(const ScheduleSpec& spec, int64_t stage);
 

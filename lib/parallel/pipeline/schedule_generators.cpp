@@ -16,7 +16,8 @@ using K = Action::Kind;
 const std::vector<ScheduleKind>& all_schedule_kinds() {
   static const std::vector<ScheduleKind> kinds{ScheduleKind::GPipe,      ScheduleKind::OneFOneB,
                                                ScheduleKind::Interleaved1F1B, ScheduleKind::ZeroBubble,
-                                               ScheduleKind::ZBV,        ScheduleKind::ForwardOnly};
+                                               ScheduleKind::ZBV,        ScheduleKind::ForwardOnly,
+                                               ScheduleKind::ForwardOnlyV};
   return kinds;
 }
 
@@ -28,6 +29,7 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::ZeroBubble: return "zero_bubble";
     case ScheduleKind::ZBV: return "zbv";
     case ScheduleKind::ForwardOnly: return "forward_only";
+    case ScheduleKind::ForwardOnlyV: return "forward_only_v";
   }
   return "?";
 }
@@ -42,6 +44,16 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
 }
 
 bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubble || kind == ScheduleKind::ZBV; }
+
+bool is_forward_only(ScheduleKind kind) {
+  return kind == ScheduleKind::ForwardOnly || kind == ScheduleKind::ForwardOnlyV;
+}
+
+bool v_layout(ScheduleKind kind) { return kind == ScheduleKind::ZBV || kind == ScheduleKind::ForwardOnlyV; }
+
+ScheduleKind forward_only_for(ScheduleKind training) {
+  return v_layout(training) ? ScheduleKind::ForwardOnlyV : ScheduleKind::ForwardOnly;
+}
 
 void check_layout(ScheduleKind kind, int64_t pp, int64_t vpp) {
   const auto name = [kind] { return schedule_name(kind); };
@@ -63,10 +75,10 @@ void check_layout(ScheduleKind kind, int64_t pp, int64_t vpp) {
             vpp));
       break;
     case ScheduleKind::ZBV:
+    case ScheduleKind::ForwardOnlyV:
       if (vpp != 2)
-        throw std::invalid_argument(
-            fmt::format("pipeline schedule zbv places exactly 2 model chunks per stage (a V): vpp must be 2, found {}",
-                        vpp));
+        throw std::invalid_argument(fmt::format(
+            "pipeline schedule {} places exactly 2 model chunks per stage (a V): vpp must be 2, found {}", name(), vpp));
       break;
     case ScheduleKind::ForwardOnly:
       if (vpp < 1)
@@ -80,7 +92,7 @@ ChunkPlace place_chunk(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t model
   if (model_chunk < 0 || model_chunk >= pp * vpp)
     throw std::invalid_argument(
         fmt::format("model chunk {} out of range: pp={} vpp={} make {} chunks", model_chunk, pp, vpp, pp * vpp));
-  if (kind == ScheduleKind::ZBV)
+  if (v_layout(kind))
     return model_chunk < pp ? ChunkPlace{model_chunk, 0} : ChunkPlace{2 * pp - 1 - model_chunk, 1};
   return {model_chunk % pp, model_chunk / pp};
 }
@@ -90,7 +102,7 @@ int64_t model_chunk_at(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t stage
   if (stage < 0 || stage >= pp || local_chunk < 0 || local_chunk >= vpp)
     throw std::invalid_argument(fmt::format("stage {} local chunk {} out of range: pp={} vpp={}", stage, local_chunk,
                                             pp, vpp));
-  if (kind == ScheduleKind::ZBV) return local_chunk == 0 ? stage : 2 * pp - 1 - stage;
+  if (v_layout(kind)) return local_chunk == 0 ? stage : 2 * pp - 1 - stage;
   return local_chunk * pp + stage;
 }
 
@@ -254,6 +266,21 @@ std::vector<Action> forward_only(const ScheduleSpec& spec, int64_t stage) {
   return out;
 }
 
+std::vector<Action> forward_only_v(const ScheduleSpec& spec, int64_t stage) {
+  const int64_t down = stage, up = 2 * spec.pp - 1 - stage;  // local chunks 0 and 1
+  std::vector<Action> out;
+  for (int64_t m = 0; m < spec.micro_batches; ++m) {
+    out.push_back({K::Forward, m, down});
+    out.push_back({K::Forward, m, up});
+  }
+  // Forward (m, c) can start no earlier than m + c; every dependency raises that key, so one
+  // global order (key, then chunk) serves all stages.
+  std::stable_sort(out.begin(), out.end(), [](const Action& a, const Action& b) {
+    return std::pair{a.micro_batch + a.chunk, a.chunk} < std::pair{b.micro_batch + b.chunk, b.chunk};
+  });
+  return out;
+}
+
 // Inserts the receive before and the send after each compute action whose neighbouring chunk lives
 // on another stage.
 std::vector<Action> add_communication(const ScheduleSpec& spec, int64_t stage, const std::vector<Action>& compute) {
@@ -293,6 +320,7 @@ std::vector<Action> stage_schedule(const ScheduleSpec& spec, int64_t stage) {
     case ScheduleKind::Interleaved1F1B: compute = interleaved(spec, stage); break;
     case ScheduleKind::ZBV: compute = zbv(spec, stage); break;
     case ScheduleKind::ForwardOnly: compute = forward_only(spec, stage); break;
+    case ScheduleKind::ForwardOnlyV: compute = forward_only_v(spec, stage); break;
   }
   return add_communication(spec, stage, compute);
 }

@@ -21,14 +21,15 @@ namespace {
 
 // The sizes a kind takes, from the rules written out here (not from check_spec): pp 1..8,
 // micro-batches 1..32; vpp 1 for gpipe, 1f1b and zero_bubble, 2..4 for interleaved (which needs
-// m >= pp), 2 for zbv, 1..4 for forward_only.
+// m >= pp), 2 for zbv and forward_only_v, 1..4 for forward_only.
 bool supported(SK kind, int64_t pp, int64_t vpp, int64_t m) {
   switch (kind) {
     case SK::GPipe:
     case SK::OneFOneB:
     case SK::ZeroBubble: return vpp == 1;
     case SK::Interleaved1F1B: return vpp >= 2 && m >= pp;
-    case SK::ZBV: return vpp == 2;
+    case SK::ZBV:
+    case SK::ForwardOnlyV: return vpp == 2;
     case SK::ForwardOnly: return true;
   }
   return false;
@@ -95,7 +96,7 @@ int check_timeline(const ScheduleSpec& spec, const Simulation& sim, const Simula
       r = {static_cast<int64_t>(s), a.start, a.end};
     }
   }
-  const bool forward_only = spec.kind == SK::ForwardOnly;
+  const bool forward_only = is_forward_only(spec.kind);
   const bool split = splits_backward(spec.kind);
   for (int64_t m = 0; m < spec.micro_batches; ++m)
     for (int64_t ch = 0; ch < chunks; ++ch) {
@@ -141,7 +142,7 @@ std::vector<Action> compute_only(const std::vector<Action>& actions) {
 }  // namespace
 
 TEST_CASE("schedule names parse and print back", "[parallel][pipeline]") {
-  REQUIRE(all_schedule_kinds().size() == 6);
+  REQUIRE(all_schedule_kinds().size() == 7);
   for (SK kind : all_schedule_kinds()) CHECK(parse_schedule_kind(schedule_name(kind)) == kind);
   CHECK(schedule_name(SK::Interleaved1F1B) == "interleaved_1f1b");
   CHECK(schedule_name(SK::ZeroBubble) == "zero_bubble");
@@ -160,13 +161,13 @@ TEST_CASE("model chunks are placed looped or in a V and map back", "[parallel][p
         for (int64_t c = 0; c < pp * vpp; ++c) {
           const ChunkPlace place = place_chunk(kind, pp, vpp, c);
           CHECK(model_chunk_at(kind, pp, vpp, place.stage, place.local_chunk) == c);
-          if (kind == SK::ZBV)  // down the V on local chunk 0, back up on local chunk 1
+          if (kind == SK::ZBV || kind == SK::ForwardOnlyV)  // down the V on local chunk 0, back up on local chunk 1
             CHECK(place == (c < pp ? ChunkPlace{c, 0} : ChunkPlace{2 * pp - 1 - c, 1}));
           else  // Megatron: model chunk c * pp + s is local chunk c of stage s
             CHECK(place == ChunkPlace{c % pp, c / pp});
         }
         CHECK(first_chunk_stage(kind, pp, vpp) == 0);
-        CHECK(last_chunk_stage(kind, pp, vpp) == (kind == SK::ZBV ? 0 : pp - 1));
+        CHECK(last_chunk_stage(kind, pp, vpp) == (kind == SK::ZBV || kind == SK::ForwardOnlyV ? 0 : pp - 1));
       }
   // ZB-V at pp = 4: stage 0 holds the first and the last chunk, stage 3 the middle two.
   CHECK(model_chunk_at(SK::ZBV, 4, 2, 0, 1) == 7);
@@ -195,6 +196,7 @@ TEST_CASE("unsupported sizes are refused naming the rule", "[parallel][pipeline]
   CHECK_THROWS_WITH(stage_schedule({SK::Interleaved1F1B, 4, 2, 3}, 0), Catch::Contains("micro-batches >= pp"));
   CHECK_THROWS_WITH(stage_schedule({SK::ZBV, 4, 1, 8}, 0), Catch::Contains("vpp must be 2"));
   CHECK_THROWS_WITH(stage_schedule({SK::ZBV, 4, 3, 8}, 0), Catch::Contains("vpp must be 2"));
+  CHECK_THROWS_WITH(stage_schedule({SK::ForwardOnlyV, 4, 1, 8}, 0), Catch::Contains("vpp must be 2"));
   CHECK_THROWS_WITH(stage_schedule({SK::OneFOneB, 0, 1, 8}, 0), Catch::Contains("pp must be >= 1"));
   CHECK_THROWS_WITH(stage_schedule({SK::OneFOneB, 2, 1, 0}, 0), Catch::Contains("micro-batches must be >= 1"));
   CHECK_THROWS_WITH(stage_schedule({SK::OneFOneB, 2, 1, 4}, 2), Catch::Contains("stage 2 out of range"));
@@ -391,17 +393,28 @@ TEST_CASE("zbv idles pp - 1 chunk units and holds pp micro-batches of activation
 }
 
 TEST_CASE("forward_only runs the forwards back to back and keeps no activations", "[parallel][pipeline]") {
-  for (const ScheduleSpec& spec : all_specs(SK::ForwardOnly)) {
-    INFO(describe(spec));
-    const int64_t pp = spec.pp, vpp = spec.vpp, m = spec.micro_batches;
-    const auto stages = pipeline_schedule(spec);
-    for (const auto& actions : stages)
-      for (const Action& a : actions)
-        CHECK((a.kind == K::Forward || a.kind == K::SendForward || a.kind == K::RecvForward));
-    const Simulation sim = simulate(stages, costs(1, 1, 1));
-    if (vpp == 1 || m % pp == 0) CHECK(sim.makespan == Approx(m * vpp + pp - 1));
-    for (const StageTimeline& t : sim.stages) CHECK(t.peak_in_flight_chunks == 0);
-  }
+  for (SK kind : {SK::ForwardOnly, SK::ForwardOnlyV})
+    for (const ScheduleSpec& spec : all_specs(kind)) {
+      INFO(describe(spec));
+      const int64_t pp = spec.pp, vpp = spec.vpp, m = spec.micro_batches;
+      const auto stages = pipeline_schedule(spec);
+      for (const auto& actions : stages)
+        for (const Action& a : actions)
+          CHECK((a.kind == K::Forward || a.kind == K::SendForward || a.kind == K::RecvForward));
+      const Simulation sim = simulate(stages, costs(1, 1, 1));
+      if (kind == SK::ForwardOnly && (vpp == 1 || m % pp == 0)) CHECK(sim.makespan == Approx(m * vpp + pp - 1));
+      if (kind == SK::ForwardOnlyV) {
+        // Each stage has 2m forwards and the last micro-batch needs 2pp in a row: no worse than
+        // the sum, never below either bound.
+        CHECK(sim.makespan >= std::max<double>(2 * m, 2 * pp + m - 1));
+        CHECK(sim.makespan <= 2 * m + 2 * pp - 1);
+        CHECK(in_order_per_stage_pair(spec));
+      }
+      for (const StageTimeline& t : sim.stages) CHECK(t.peak_in_flight_chunks == 0);
+    }
+  // The V at pp = 2, 3 micro-batches: stage 0 holds chunks 0 and 3, stage 1 chunks 1 and 2.
+  CHECK(to_string(stage_schedule({SK::ForwardOnlyV, 2, 2, 3}, 0)) ==
+        "F0c0 sendF0c0 F1c0 sendF1c0 F2c0 sendF2c0 recvF0c2 F0c3 recvF1c2 F1c3 recvF2c2 F2c3");
 }
 
 TEST_CASE("the simulator charges costs per chunk and latency per transfer", "[parallel][pipeline]") {

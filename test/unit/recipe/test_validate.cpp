@@ -153,11 +153,14 @@ TEST_CASE("rule: seq_len vs 2 * cp", "[recipe][rules]") {
   CHECK(problems_of({"parallel.cp=3", "training.seq_len=252"}).empty());
 }
 
-TEST_CASE("rule: Ulysses needs heads per tp rank divisible by cp", "[recipe][rules]") {
-  expect_problem({"parallel.cp=8", "parallel.cp_method=ulysses"}, std::nullopt,
-                 {"the 8 query and 4 key/value heads per tp rank are not divisible by parallel.cp=8",
+TEST_CASE("rule: Ulysses needs query heads per tp rank divisible by cp", "[recipe][rules]") {
+  expect_problem({"parallel.tp=2", "parallel.cp=8", "parallel.cp_method=ulysses"}, std::nullopt,
+                 {"the 4 query heads per tp rank (model.num_attention_heads=8 / parallel.tp=2) are not divisible by "
+                  "parallel.cp=8",
                   "use cp in {1, 2, 4}", "cp_method \"ring\""});
-  CHECK(problems_of({"parallel.cp=8", "parallel.cp_method=ring"}).empty());
+  CHECK(problems_of({"parallel.tp=2", "parallel.cp=8", "parallel.cp_method=ring"}).empty());
+  // Fewer key/value heads than cp: they are repeated (8 query, 4 kv heads at cp 8).
+  CHECK(problems_of({"parallel.cp=8", "parallel.cp_method=ulysses"}).empty());
 }
 
 TEST_CASE("rule: seq_len vs tp under sequence parallelism", "[recipe][rules]") {

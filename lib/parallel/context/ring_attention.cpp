@@ -1,0 +1,130 @@
+#include "parallel/context/ring_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
+
+#include "parallel/context/attention_block.h"
+#include "parallel/tensor/group_handle.h"
+
+namespace trainer::parallel {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Tags: the keys and values of step i travel with tag i, the dK/dV of step i with kDkvTag + i.
+constexpr int64_t kDkvTag = 1 << 20;
+
+// Sends `data` to the next rank of the ring and receives the same shape from the previous one.
+struct RingExchange {
+  at::Tensor outgoing, incoming;  // both alive until the exchange is done
+  std::unique_ptr<comm::Work> work;
+  RingExchange(comm::Communicator& cp, const at::Tensor& data, int64_t tag)
+      : outgoing(data), incoming(at::empty_like(data)) {
+    const int64_t n = cp.size(), r = cp.rank();
+    work = cp.send_recv({{comm::P2POp::Kind::Send, data, (r + 1) % n, tag},
+                         {comm::P2POp::Kind::Recv, incoming, (r + n - 1) % n, tag}});
+  }
+  at::Tensor take() {
+    work->wait();
+    return incoming;
+  }
+};
+
+// Which part of step i's work this rank does: the block of keys and values from rank j = r - i.
+enum class Part { Diagonal, FirstKeyChunk, SecondQueryChunk };
+Part part_of(int64_t step, int64_t rank, int64_t n) {
+  if (step == 0) return Part::Diagonal;
+  const int64_t source = (rank - step + n) % n;
+  return source < rank ? Part::FirstKeyChunk : Part::SecondQueryChunk;
+}
+
+at::ScalarType accumulation_type(const at::Tensor& q) { return at::promote_types(q.scalar_type(), at::kFloat); }
+
+struct RingAttention : public torch::autograd::Function<RingAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            c10::intrusive_ptr<GroupHandle> group) {
+    comm::Communicator& cp = *group->group;
+    const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
+    const at::Tensor query_second = q.narrow(2, c, c);
+    at::Tensor kv = at::stack({k, v});  // [2, B, kv, 2c, d]: one message per step
+    at::Tensor out, lse;
+    for (int64_t step = 0; step < n; ++step) {
+      std::optional<RingExchange> next;
+      if (step + 1 < n) next.emplace(cp, kv, step);  // the next block travels while this one is attended
+      const Part part = part_of(step, r, n);
+      if (part == Part::Diagonal) {
+        BlockAttention local = attend_block(q, kv[0], kv[1], /*causal=*/true);
+        out = local.out.to(accumulation_type(q));
+        lse = local.lse.to(accumulation_type(q));
+      } else if (part == Part::FirstKeyChunk) {
+        merge_block(out, lse, attend_block(q, kv[0].narrow(2, 0, c), kv[1].narrow(2, 0, c), false));
+      } else {
+        at::Tensor out_second = out.narrow(2, c, c), lse_second = lse.narrow(2, c, c);
+        merge_block(out_second, lse_second, attend_block(query_second, kv[0], kv[1], false));
+      }
+      if (next) kv = next->take();
+    }
+    const at::Tensor result = out.to(q.scalar_type());
+    ctx->save_for_backward({q, k, v, result, lse});
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
+    comm::Communicator& cp = *group->group;
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse_acc = saved[4];
+    const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
+    const at::Tensor grad_out = grads[0].contiguous();
+    // The kernel takes the log-sum-exp in the dtype it produces.
+    const at::Tensor lse = lse_acc.to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+    const auto second = [c](const at::Tensor& t) { return t.narrow(2, c, c); };
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(accumulation_type(q)));
+    at::Tensor kv = at::stack({k, v});
+    std::optional<RingExchange> arriving_dkv;  // the dK/dV accumulated so far for the block arriving
+    for (int64_t step = 0; step < n; ++step) {
+      std::optional<RingExchange> next;
+      if (step + 1 < n) next.emplace(cp, kv, step);
+      at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulation_type(q)));
+      const Part part = part_of(step, r, n);
+      if (part == Part::Diagonal || part == Part::FirstKeyChunk) {
+        const int64_t keys = part == Part::Diagonal ? 2 * c : c;
+        const BlockGradients g = attend_block_backward(grad_out, q, kv[0].narrow(2, 0, keys), kv[1].narrow(2, 0, keys),
+                                                       out, lse, part == Part::Diagonal);
+        dq.add_(g.dq);
+        dkv[0].narrow(2, 0, keys).add_(g.dk);
+        dkv[1].narrow(2, 0, keys).add_(g.dv);
+      } else {
+        const BlockGradients g =
+            attend_block_backward(second(grad_out), second(q), kv[0], kv[1], second(out), second(lse), false);
+        second(dq).add_(g.dq);
+        dkv[0].add_(g.dk);
+        dkv[1].add_(g.dv);
+      }
+      if (arriving_dkv) dkv.add_(arriving_dkv->take());
+      // This block's dK/dV goes on with the block (after the last step: home to its owner),
+      // overlapping the next block's backward.
+      arriving_dkv.emplace(cp, dkv, kDkvTag + step);
+      if (next) kv = next->take();
+    }
+    const at::Tensor own_dkv = arriving_dkv->take();
+    return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp) {
+  if (cp.size() == 1)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                            /*enable_gqa=*/q.size(1) != k.size(1));
+  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHandle>(&cp));
+}
+
+}  // namespace trainer::parallel

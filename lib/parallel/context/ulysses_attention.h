@@ -1,0 +1,23 @@
+#pragma once
+// Ulysses attention over the context-parallel group (parallel.cp_method "ulysses"; Jacobs et al.
+// 2023): an all-to-all turns this rank's sequence part of every head into a share of the heads
+// over the whole sequence (the zigzag chunks put back in sequence order), causal attention runs
+// on those heads, and a second all-to-all brings the output back to the sequence part. Key/value
+// heads that do not divide by cp are repeated first so that each rank holds the ones its query
+// heads use (their gradients sum back through the repeat).
+#include <ATen/core/Tensor.h>
+
+#include "comm/communicator.h"
+
+namespace trainer::parallel {
+
+// q [B, h, L, d], k and v [B, kv, L, d]: this rank's zigzag part (L = T / cp tokens). h must be a
+// multiple of cp and of kv. Returns [B, h, L, d].
+at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp);
+
+// Autograd all-to-alls of Ulysses, exposed for tests: [B, heads, L, d] sequence parts of all heads
+// <-> [B, heads / cp, T, d] the whole sequence (in order) of this rank's heads.
+at::Tensor sequence_to_heads(const at::Tensor& x, comm::Communicator& cp);
+at::Tensor heads_to_sequence(const at::Tensor& x, comm::Communicator& cp);
+
+}  // namespace trainer::parallel

@@ -1,0 +1,80 @@
+// One rank of the context-parallel attention test: `cp_attention_worker METHOD DTYPE` (METHOD ring
+// or ulysses, DTYPE f32 or f64) with RANK, WORLD_SIZE (the cp size), MASTER_ADDR and MASTER_PORT in
+// the environment. Every rank draws the same whole-sequence q, k, v (grouped-query: more query
+// heads than key/value heads) and upstream gradient, runs causal attention on the whole sequence
+// as the reference, and runs its zigzag part through ring or Ulysses attention; the output and
+// the gradients of q, k and v must equal the reference's zigzag part. Prints the largest
+// differences relative to the largest reference value of each tensor; exit 0 when they are within
+// the tolerance (fp32 1e-6, fp64 1e-12).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "parallel/context/ring_attention.h"
+#include "parallel/context/ulysses_attention.h"
+#include "parallel/context/zigzag.h"
+#include "worker_groups.h"
+
+using namespace trainer;
+
+int main(int argc, char** argv) {
+  try {
+    if (argc != 3) throw std::runtime_error("usage: cp_attention_worker ring|ulysses f32|f64");
+    const bool ring = std::strcmp(argv[1], "ring") == 0;
+    const bool f64 = std::strcmp(argv[2], "f64") == 0;
+    const int64_t world = std::atoll(std::getenv("WORLD_SIZE"));
+    recipe::MeshShape s;
+    s.world_size = s.cp = s.edp = world;  // experts: every rank is an expert-data replica
+    const auto owned = test::worker_groups(s);
+    comm::Communicator& cp = owned->get(mesh::GroupKind::Cp);
+    const int64_t n = cp.size(), r = cp.rank();
+
+    // Chunks of 3 tokens (odd); 6 query heads at cp 3 (Ulysses splits heads), else 4; 2 kv heads.
+    const int64_t batch = 2, heads = n == 3 ? 6 : 4, kv_heads = 2, seq = 2 * n * 3, dim = 8;
+    const auto options = at::TensorOptions().dtype(f64 ? at::kDouble : at::kFloat);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(17);
+    const at::Tensor q = at::randn({batch, heads, seq, dim}, generator, options);
+    const at::Tensor k = at::randn({batch, kv_heads, seq, dim}, generator, options);
+    const at::Tensor v = at::randn({batch, kv_heads, seq, dim}, generator, options);
+    const at::Tensor grad = at::randn({batch, heads, seq, dim}, generator, options);
+
+    const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
+                     v_all = v.clone().requires_grad_(true);
+    const at::Tensor full =
+        at::scaled_dot_product_attention(q_all, k_all, v_all, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
+    full.backward(grad);
+
+    auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(x, 2, n, r).contiguous(); };
+    const at::Tensor q_part = part(q).requires_grad_(true), k_part = part(k).requires_grad_(true),
+                     v_part = part(v).requires_grad_(true);
+    const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp)
+                                : parallel::ulysses_attention(q_part, k_part, v_part, cp);
+    out.backward(part(grad));
+
+    const double tolerance = f64 ? 1e-12 : 1e-6;
+    double worst = 0;
+    std::string report;
+    for (const auto& [name, actual, expected] :
+         std::vector<std::tuple<std::string, at::Tensor, at::Tensor>>{{"out", out, part(full.detach())},
+                                                                      {"dq", q_part.grad(), part(q_all.grad())},
+                                                                      {"dk", k_part.grad(), part(k_all.grad())},
+                                                                      {"dv", v_part.grad(), part(v_all.grad())}}) {
+      if (!actual.defined() || !actual.sizes().equals(expected.sizes()))
+        throw std::runtime_error(name + ": missing or of the wrong shape");
+      const double difference = (actual - expected).abs().max().item<double>() / expected.abs().max().item<double>();
+      worst = std::max(worst, difference);
+      report += fmt::format(" {} {:.3g}", name, difference);
+    }
+    std::printf("rank %lld: %s cp %lld %s, largest relative differences:%s\n", (long long)r, argv[1], (long long)n, argv[2],
+                report.c_str());
+    owned->world().barrier();
+    if (!(worst <= tolerance)) throw std::runtime_error(fmt::format("difference {} above {}", worst, tolerance));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cp_attention_worker: %s\n", e.what());
+    return 1;
+  }
+}
