@@ -5,6 +5,7 @@
 // lib/model being replayed.
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "estimate/layer_model.h"
 #include "estimate/tensor_timeline.h"
@@ -239,12 +240,15 @@ class ReplayOps {
                         double(s_.seq * s_.cp) * double(s_.head_dim);
     return full / 2.0;
   }
+  // Ulysses repeats the key/value heads to lcm(kv, cp) when cp does not divide them
+  // (ulysses_attention.cpp): what its all-to-all carries for k and v together.
+  int64_t ulysses_kv_bytes() const { return 2 * kv_bytes() * (s_.cp / std::gcd(s_.kv_heads, s_.cp)); }
   // Ring attention runs one flash call per K/V block it holds in turn.
   int64_t attention_calls() const { return s_.cp > 1 && !s_.ulysses ? s_.cp : 1; }
   void cp_forward_comm() {
     if (s_.cp <= 1) return;
     if (s_.ulysses) {
-      comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + 2 * kv_bytes());
+      comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + ulysses_kv_bytes());
       comm(CommKind::AllToAll, CommGroup::Cp, q_bytes());
     } else {
       // Ring: every rank passes its K and V block around the cp ranks while computing.
@@ -302,11 +306,13 @@ class ReplayOps {
     if (s_.cp > 1) {
       if (s_.ulysses) {
         comm(CommKind::AllToAll, CommGroup::Cp, q_bytes());
-        comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + 2 * kv_bytes());
+        comm(CommKind::AllToAll, CommGroup::Cp, q_bytes() + ulysses_kv_bytes());
       } else {
         const Id ring = alloc(2 * kv_bytes() + 2 * kv_bytes() / e_ * kF32);  // K/V in flight, dK/dV accumulators
         drop(ring);
-        comm(CommKind::SendRecv, CommGroup::Cp, (s_.cp - 1) * 4 * kv_bytes(), /*overlapped=*/true);
+        // K/V go round again (cp - 1 hops); each block's fp32 dK/dV travels with it and home (cp hops).
+        comm(CommKind::SendRecv, CommGroup::Cp, (s_.cp - 1) * 2 * kv_bytes() + s_.cp * 2 * kv_bytes() / e_ * kF32,
+             /*overlapped=*/true);
       }
     }
     drop(g);

@@ -102,9 +102,9 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
                 "peak_bytes_worst_routing sends every token of the expert-parallel group to one rank's experts");
   if (c.recipe) {
     const auto& p = c.recipe->parallel;
-    if (p.tp > 1 || p.cp > 1 || p.ep > 1 || p.pp > 1 || p.zero >= 2)
-      a.push_back("tp/sp/cp/ep/pp and ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 where the runtime does "
-                  "not implement them yet (sp saves the sharded norm output and gathers again in backward)");
+    if (p.ep > 1 || p.zero >= 2)
+      a.push_back("ep and ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 (the runtime does not implement "
+                  "them yet)");
   }
   if (c.gpu) {
     a.push_back(c.fused_kernels ? "time: memory-bound operations fused (a third of eager traffic and launches)"

@@ -420,7 +420,8 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
       {"pp2 dp2 tied gpipe", 4, pp(2, "gpipe") + tied},
       // ZeRO-1: each end's copy in a bucket of its own, so the shards line up across the ends.
       {"pp2 dp2 zero1 tied 1f1b", 4, pp(2, "1f1b") + " --set parallel.zero=1" + tied},
-      {"pp3 dp2 zero1 tied zero_bubble", 6, pp(3, "zero_bubble") + " --set parallel.zero=1" + tied},
+      {"pp3 dp2 zero1 tied zero_bubble", 6,
+       pp(3, "zero_bubble") + " --set parallel.zero=1 --set training.micro_batch_size=2" + tied},
       // Uneven splits: 5 layers over 3 stages (balanced: 2, 2, 1), 3 over 2, and an explicit layout.
       {"pp3 5 layers zero_bubble", 3, pp(3, "zero_bubble"), 5},
       {"pp2 3 layers interleaved vpp2", 2, pp(2, "interleaved_1f1b", 2), 3},

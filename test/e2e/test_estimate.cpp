@@ -135,6 +135,20 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (tensor and 
                  2);
 }
 
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (context parallelism)", "[estimate]") {
+  check_accuracy(kTiny,
+                 {
+                     {"parallel.cp=2"},
+                     {"parallel.cp=2", "parallel.cp_method=ulysses"},
+                     // Long sequences, where attention's buffers weigh: grouped-query heads repeated.
+                     {"parallel.cp=2", "training.seq_len=1024", "model.max_position_embeddings=1024", "training.micro_batch_size=1",
+                      "training.global_batch_size=2"},
+                     {"parallel.cp=2", "parallel.cp_method=ulysses", "training.seq_len=1024", "model.max_position_embeddings=1024",
+                      "training.micro_batch_size=1", "training.global_batch_size=2", "training.recompute=selective"},
+                 },
+                 2);
+}
+
 TEST_CASE("estimate: the 405B recipe in well under a second - JSON on stdout", "[estimate]") {
   const std::string recipe = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3.1-405b.json";
   const auto r = run_trainer_cmd({"estimate", recipe, "--json", "--world-size", "2016"});

@@ -41,7 +41,7 @@ TEST_CASE("Attention::core equals the naive causal GQA reference in double", "[m
     const at::Tensor q = model_test::randn({2, 4, 7, 8}, 1).requires_grad_(true);
     const at::Tensor k = model_test::randn({2, kv, 7, 8}, 2).requires_grad_(true);
     const at::Tensor v = model_test::randn({2, kv, 7, 8}, 3).requires_grad_(true);
-    const at::Tensor out = model::Attention::core(q, k, v);
+    const at::Tensor out = model::Attention().core(q, k, v);  // no context parallelism: SDPA
     const at::Tensor ref = naive_attention(q, k, v);
     REQUIRE(out.sizes().vec() == std::vector<int64_t>{2, 4, 7, 8});
     CHECK(out.scalar_type() == at::kDouble);
