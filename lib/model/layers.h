@@ -42,6 +42,14 @@ struct ContextParallel {
   Method method = Method::Ring;
 };
 
+// This rank's place in the expert-parallel group: it holds experts [rank * E / size, (rank + 1) *
+// E / size) of every MoE layer, and tokens travel to their experts' ranks by all-to-all.
+struct ExpertParallel {
+  int64_t rank = 0;
+  int64_t size = 1;
+  comm::Communicator* group = nullptr;
+};
+
 enum class LinearKind {
   Replicated,  // full weight on every rank
   Column,      // output features split across tp ranks (q/k/v, gate/up, LM head)

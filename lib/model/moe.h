@@ -4,8 +4,12 @@
 // with a capacity factor each expert takes at most ceil(cf * tokens * k / experts) tokens (later
 // ones in token order are dropped). Optional shared experts see every token.
 //
-// Dispatch is written as gather -> per-expert SwiGLU -> scatter-add over tokens sorted by expert,
-// the same data movement that expert parallelism turns into an all-to-all with uneven splits.
+// Dispatch: the token copies are sorted by expert, run through their expert's SwiGLU and
+// scatter-added back with their routing weights. Under expert parallelism each ep rank holds
+// E / ep consecutive experts: the sorted copies go to their experts' ranks by an all-to-all with
+// uneven splits (the counts are exchanged first), the local experts run on what arrives (grouped
+// by expert), and a second all-to-all brings the results back. The capacity factor applies to
+// this rank's tokens before the exchange, so drops do not depend on ep.
 #include <ATen/core/Tensor.h>
 
 #include <optional>
@@ -25,12 +29,18 @@ struct MoeOutput {
 class Moe {
  public:
   Moe() = default;
-  Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp);
+  Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
+      ExpertParallel ep = {});
   MoeOutput forward(const at::Tensor& x) const;
 
  private:
+  // The local experts' SwiGLU on `rows` [sum(lengths), H] grouped by local expert.
+  at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& lengths) const;
+
   Linear router_;
-  std::vector<SwigluMlp> experts_;
+  std::vector<SwigluMlp> experts_;  // this rank's: global experts first_expert_ ..
+  ExpertParallel ep_;
+  int64_t first_expert_ = 0;
   std::optional<SwigluMlp> shared_;
   int64_t num_experts_ = 0, top_k_ = 0;
   std::optional<double> capacity_factor_;

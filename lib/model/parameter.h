@@ -54,6 +54,10 @@ struct Parameter {
   // LM head are copies of one weight; their gradients are summed and their holders counted over
   // the embedding group (Megatron's word_embeddings_for_head).
   bool tied_across_stages = false;
+  // An expert's weight under expert parallelism: only the ranks at this rank's position in the ep
+  // group (its edp group, times the other stages' ranks) hold it; the other ep ranks hold other
+  // experts.
+  bool expert = false;
 
   // Where the gradient goes. Without gradient buffers: tensor.grad(), as autograd would. With
   // them (parallel::GradBuckets installs both): main_grad is this parameter's view of its bucket

@@ -19,14 +19,14 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-                           ContextParallel cp) {
+                           ContextParallel cp, ExpertParallel ep) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   attention_ = Attention(params, prefix + "self_attn.", config, tp, cp);
   post_attention_norm_ =
       RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   if (config.is_moe_layer(index))
-    moe_.emplace(params, prefix + "block_sparse_moe.", config, tp);
+    moe_.emplace(params, prefix + "block_sparse_moe.", config, tp, ep);
   else
     mlp_.emplace(params, prefix + "mlp.", config.hidden_size, config.intermediate_size, tp);
 }
@@ -59,7 +59,7 @@ Transformer::Transformer(const ModelOptions& options)
     if (chunk.embedding)
       embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      layers_.emplace_back(params_, i, c, options.tp, options.cp);
+      layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep);
       layer_index_.push_back(i);
     }
     if (chunk.head) {

@@ -42,6 +42,7 @@ struct ModelOptions {
   Recompute recompute = Recompute::None;
   TensorParallel tp;
   ContextParallel cp;
+  ExpertParallel ep;
 };
 
 struct ForwardOutput {
@@ -53,7 +54,7 @@ struct ForwardOutput {
 class DecoderLayer {
  public:
   DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-               ContextParallel cp);
+               ContextParallel cp, ExpertParallel ep);
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                             bool recompute_attention_core) const;

@@ -11,7 +11,9 @@ namespace {
 template <typename F>
 void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
-  if (p.ep != 1) unsupported("ep", p.ep);
+  // Expert parallelism: experts whole on each ep rank (etp 1), dense layers without tp (MoE under
+  // tp needs sequence parallelism and expert tensor parallelism, not built yet).
+  if (p.ep != 1 && (p.etp != 1 || p.tp != 1)) unsupported("ep", p.ep);
   // MoE under cp: the load-balancing statistics would cover only this rank's part of each sequence
   // (expert parallelism brings them over the whole batch).
   if (p.cp > 1 && r.model.moe) unsupported("cp", p.cp);
@@ -40,13 +42,15 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "
                                      "parallelism only (tp 1); dense models take any tp", value));
+    else if (name == "ep")
+      problems.push_back(fmt::format("parallel.ep={}: this build runs expert parallelism with whole experts and "
+                                     "without tensor parallelism (etp 1, tp 1)", value));
     else if (name == "cp")
       problems.push_back(fmt::format("parallel.cp={} with model.moe: this build runs MoE layers without context "
                                      "parallelism only (cp 1); dense models take any cp", value));
     else
-      problems.push_back(fmt::format("parallel.{}={}: this build trains with tensor, context, pipeline and data "
-                                     "parallelism (ep must be 1); `trainer validate` and the estimator accept it",
-                                     name, value));
+      problems.push_back(fmt::format("parallel.{}={}: not supported by this build; `trainer validate` and the "
+                                     "estimator accept it", name, value));
   });
   return problems;
 }

@@ -46,6 +46,7 @@ model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, c
   options.cp = {groups.coordinates().cp, groups.layout().shape().cp, &groups.get(mesh::GroupKind::Cp),
                 r.parallel.cp_method == "ulysses" ? model::ContextParallel::Method::Ulysses
                                                   : model::ContextParallel::Method::Ring};
+  options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep)};
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;

@@ -27,6 +27,7 @@ ReplicaSet make_set(const mesh::RankLayout& layout, int64_t rank, std::vector<in
 }
 
 bool same_slice(const mesh::RankLayout& layout, int64_t a, int64_t b, const model::Parameter& p) {
+  if (p.expert && layout.index_in(mesh::GroupKind::Ep, a) != layout.index_in(mesh::GroupKind::Ep, b)) return false;
   for (const auto& s : p.shards)
     if (layout.index_in(s.group, a) != layout.index_in(s.group, b)) return false;
   return true;
