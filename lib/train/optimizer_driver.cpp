@@ -104,9 +104,11 @@ std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() cons
     auto record = s.tensor.dim() == 0 || !p
                       ? checkpoint::TensorRecord::whole(s.name, s.tensor)
                       : checkpoint::TensorRecord::slice(s.name, p->real_part(s.tensor), p->global_shape, p->offsets());
-    // Held by every rank with the same slice of the parameter (its step count: the whole stage).
+    // Held by every rank with the same slice of the parameter (its step count: every rank of the
+    // stage holding the parameter).
     const auto holders = p && s.tensor.dim() > 0 ? parallel::parameter_replicas(groups_.layout(), groups_.global_rank(), *p)
-                                                 : parallel::stage_replicas(groups_.layout(), groups_.global_rank());
+                         : p ? parallel::holder_replicas(groups_.layout(), groups_.global_rank(), *p)
+                             : parallel::stage_replicas(groups_.layout(), groups_.global_rank());
     if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
     out.push_back(std::move(record));
   }

@@ -78,6 +78,20 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
   return content;
 }
 
+namespace {
+// An expert weight ("model.layers.L.block_sparse_moe.experts.E.") of this model that another ep
+// rank holds.
+bool on_another_expert_rank(const std::string& name, const model::Transformer& model) {
+  const auto& config = model.options().config;
+  if (model.options().ep.size == 1 || !config.moe) return false;
+  const std::string marker = ".block_sparse_moe.experts.";
+  const size_t at = name.find(marker);
+  if (at == std::string::npos) return false;
+  const int64_t expert = std::atoll(name.c_str() + at + marker.size());
+  return expert >= 0 && expert < config.moe->num_local_experts;
+}
+}  // namespace
+
 Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model) {
   at::NoGradGuard no_grad;
   // Weights of the checkpoint that this model has no parameter for: another model (more layers,
@@ -85,7 +99,7 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
   std::vector<std::string> unused;
   for (const auto& [name, record] : loaded.manifest().at("tensors").items())
     if ((name.rfind("model.", 0) == 0 || name == "lm_head.weight") && !model.parameters().find(name) &&
-        !on_another_stage(name, model))
+        !on_another_stage(name, model) && !on_another_expert_rank(name, model))
       unused.push_back(name);
   if (!unused.empty())
     throw UserError(fmt::format("{}: {} of the checkpoint {} no parameter in the recipe's model (first: {}); "

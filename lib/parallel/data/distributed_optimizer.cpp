@@ -94,10 +94,9 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
       if (holders.count > 1) out.back().replicated = holders;
     }
   }
-  const auto stage = as_replication(stage_replicas(groups.layout(), groups.global_rank()));
   for (const auto& p : params_) {
     auto step = checkpoint::TensorRecord::whole("optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat));
-    step.replicated = stage;
+    step.replicated = as_replication(holder_replicas(groups.layout(), groups.global_rank(), p));
     out.push_back(std::move(step));
   }
   return out;

@@ -68,6 +68,14 @@ ReplicaSet stage_replicas(const mesh::RankLayout& layout, int64_t rank) {
   return make_set(layout, rank, layout.group(mesh::GroupKind::TpDpCp, rank));
 }
 
+ReplicaSet holder_replicas(const mesh::RankLayout& layout, int64_t rank, const model::Parameter& p) {
+  if (!p.expert) return stage_replicas(layout, rank);
+  std::vector<int64_t> ranks;
+  for (const int64_t r : layout.group(mesh::GroupKind::TpDpCp, rank))
+    if (layout.index_in(mesh::GroupKind::Ep, r) == layout.index_in(mesh::GroupKind::Ep, rank)) ranks.push_back(r);
+  return make_set(layout, rank, std::move(ranks));
+}
+
 checkpoint::TensorRecord::Replication as_replication(const ReplicaSet& set) {
   return {set.name, set.position, int64_t(set.ranks.size())};
 }

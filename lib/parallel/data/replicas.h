@@ -34,6 +34,11 @@ ReplicaSet world_replicas(const mesh::RankLayout& layout, int64_t rank);
 // The ranks of `rank`'s pipeline stage (what every rank of a stage holds whole).
 ReplicaSet stage_replicas(const mesh::RankLayout& layout, int64_t rank);
 
+// The ranks of `rank`'s stage that hold some slice of `p`: the whole stage for a dense weight, the
+// stage's ranks at `rank`'s position in the ep group for an expert under expert parallelism (what
+// holds a per-parameter scalar such as its optimizer step count).
+ReplicaSet holder_replicas(const mesh::RankLayout& layout, int64_t rank, const model::Parameter& p);
+
 // How a checkpoint record of data held by these ranks says so.
 checkpoint::TensorRecord::Replication as_replication(const ReplicaSet& set);
 
