@@ -37,16 +37,23 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
   // communicator and watchdog thread), named after every kind that uses it. Groups partition the
   // ranks, so every member of a set sees the same kinds map onto it and creates it at the same
   // point of this fixed order: creation (a rendezvous among the members) cannot deadlock.
-  std::vector<std::pair<std::string, std::vector<int64_t>>> wanted = {{"world", everyone}};
+  //
+  // The expert groups (ep, etp) get communicators of their own: their collectives run inside
+  // forward and backward at points that depend on the routing (experts without tokens change the
+  // backward graph), so sharing a communicator with the gradient buckets' asynchronous reductions
+  // could issue the two in different orders on different ranks.
+  const auto lane = [](GroupKind kind) { return kind == GroupKind::Ep || kind == GroupKind::Etp ? 1 : 0; };
+  using Key = std::pair<int, std::vector<int64_t>>;
+  std::vector<std::pair<std::string, Key>> wanted = {{"world", {0, everyone}}};
   for (GroupKind kind : all_group_kinds())
-    wanted.emplace_back(group_kind_name(kind), layout_.group(kind, global_rank));
-  std::map<std::vector<int64_t>, std::string> names;
-  for (const auto& [name, ranks] : wanted) names[ranks] += (names[ranks].empty() ? "" : "/") + name;
-  std::map<std::vector<int64_t>, std::shared_ptr<comm::Communicator>> made;
-  for (const auto& [name, ranks] : wanted)
-    if (!made.count(ranks)) made[ranks] = make_group(store, names.at(ranks), ranks, global_rank, context_, backend);
-  world_ = made.at(everyone);
-  for (GroupKind kind : all_group_kinds()) groups_[kind] = made.at(layout_.group(kind, global_rank));
+    wanted.emplace_back(group_kind_name(kind), Key{lane(kind), layout_.group(kind, global_rank)});
+  std::map<Key, std::string> names;
+  for (const auto& [name, key] : wanted) names[key] += (names[key].empty() ? "" : "/") + name;
+  std::map<Key, std::shared_ptr<comm::Communicator>> made;
+  for (const auto& [name, key] : wanted)
+    if (!made.count(key)) made[key] = make_group(store, names.at(key), key.second, global_rank, context_, backend);
+  world_ = made.at(Key{0, everyone});
+  for (GroupKind kind : all_group_kinds()) groups_[kind] = made.at(Key{lane(kind), layout_.group(kind, global_rank)});
 }
 
 ProcessGroups::~ProcessGroups() = default;

@@ -144,7 +144,9 @@ at::Tensor Moe::run_local_experts(const at::Tensor& rows, const std::vector<int6
     if (n > 0) outputs.push_back(experts_[e].forward(rows.narrow(0, start, n)));
     start += n;
   }
-  return outputs.empty() ? at::zeros_like(rows) : at::cat(outputs);
+  // No local expert received a row: an empty result still tied to `rows`, so that backward runs
+  // the same all-to-alls on every rank (a rank that skipped them would leave the others waiting).
+  return outputs.empty() ? rows * 0 : at::cat(outputs);
 }
 
 }  // namespace trainer::model

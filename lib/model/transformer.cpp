@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "model/aux_loss_scaler.h"
 #include "model/recompute.h"
 #include "parallel/context/zigzag.h"
 #include "parallel/tensor/vocab_parallel_loss.h"
@@ -19,7 +20,8 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-                           ContextParallel cp, ExpertParallel ep) {
+                           ContextParallel cp, ExpertParallel ep, double aux_loss_scale)
+    : aux_loss_scale_(aux_loss_scale) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   attention_ = Attention(params, prefix + "self_attn.", config, tp, cp);
@@ -37,7 +39,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, con
   const at::Tensor normed = post_attention_norm_.forward(h);
   if (moe_) {
     MoeOutput out = moe_->forward(normed);
-    return {h + out.output, out.aux_loss};
+    return {attach_aux_loss(h + out.output, out.aux_loss, aux_loss_scale_), out.aux_loss};
   }
   return {h + mlp_->forward(normed), at::Tensor()};
 }
@@ -59,7 +61,7 @@ Transformer::Transformer(const ModelOptions& options)
     if (chunk.embedding)
       embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep);
+      layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep, options.aux_loss_scale);
       layer_index_.push_back(i);
     }
     if (chunk.head) {

@@ -43,6 +43,10 @@ struct ModelOptions {
   TensorParallel tp;
   ContextParallel cp;
   ExpertParallel ep;
+  // The weight of each MoE layer's load-balancing loss in the step's loss (router_aux_loss_coef /
+  // (micro-batches x dp)); its gradient enters backward at the layer's output (aux_loss_scaler.h).
+  // 0: the losses are only reported.
+  double aux_loss_scale = 0;
 };
 
 struct ForwardOutput {
@@ -54,7 +58,7 @@ struct ForwardOutput {
 class DecoderLayer {
  public:
   DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-               ContextParallel cp, ExpertParallel ep);
+               ContextParallel cp, ExpertParallel ep, double aux_loss_scale);
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                             bool recompute_attention_core) const;
@@ -65,6 +69,7 @@ class DecoderLayer {
   Attention attention_;
   std::optional<SwigluMlp> mlp_;
   std::optional<Moe> moe_;
+  double aux_loss_scale_ = 0;
 };
 
 class Transformer {

@@ -17,8 +17,6 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
   // MoE under cp: the load-balancing statistics would cover only this rank's part of each sequence
   // (expert parallelism brings them over the whole batch).
   if (p.cp > 1 && r.model.moe) unsupported("cp", p.cp);
-  // Pipelines: dense models (the MoE load-balancing loss arrives with expert parallelism).
-  if (p.pp > 1 && r.model.moe) unsupported("pp", p.pp);
   if (r.model.moe && p.tp > 1) unsupported("tp", p.tp);  // MoE under tp arrives with expert parallelism
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
   if (p.zero > 1) unsupported("zero", p.zero);
@@ -36,9 +34,6 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
     if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
-    else if (name == "pp")
-      problems.push_back(
-          fmt::format("parallel.pp={}: this build's pipeline runs dense models (model.moe needs pp 1)", value));
     else if (name == "tp")
       problems.push_back(fmt::format("parallel.tp={} with model.moe: this build runs MoE layers without tensor "
                                      "parallelism only (tp 1); dense models take any tp", value));

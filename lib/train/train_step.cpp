@@ -48,7 +48,6 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   // At least one, so that a batch whose targets are all ignored gives a zero loss, not NaN.
   const at::Tensor divisor = at::clamp_min(f.real_tokens, 1.0).to(at::kFloat);
 
-  const double aux_coef = recipe_.model.moe ? recipe_.model.moe->router_aux_loss_coef : 0.0;
   const int64_t last_chunk = pipeline_.model_chunks() - 1;
   // Model chunk c of micro-batch m: the hidden state for the next chunk, or the loss as backward
   // sees it on the model's last chunk.
@@ -56,12 +55,11 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     const MicroBatch& mb = batches[size_t(m)];
     model::ForwardOutput out;
     const at::Tensor y = model_.forward_chunk(pipeline_.local_chunk(c), input, mb.inputs, mb.targets, &out);
+    // The MoE layers' losses reach backward through their outputs (model/aux_loss_scaler.h).
+    if (out.aux_loss.defined()) f.aux_sum += out.aux_loss.detach();
     if (c != last_chunk) return y;
     f.loss_sum += out.loss_sum.detach();
-    f.aux_sum += out.aux_loss.detach();
-    at::Tensor loss = out.loss_sum / divisor;
-    if (aux_coef > 0) loss = loss + out.aux_loss * (aux_coef / double(accumulation * mesh_.dp));
-    return loss;
+    return out.loss_sum / divisor;
   };
   parallel::StepExecutor::GradientHooks hooks;
   hooks.begin_backward = [this](int64_t c, bool last) { optimizer_.begin_backward(pipeline_.local_chunk(c), last); };

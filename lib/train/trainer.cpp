@@ -37,8 +37,8 @@ c10::Device training_device(const TrainOptions& options) {
   return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.local_rank));
 }
 
-model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, const mesh::ProcessGroups& groups,
-                                  const PipelinePlan& pipeline) {
+model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshShape& mesh, c10::Device device,
+                                  const mesh::ProcessGroups& groups, const PipelinePlan& pipeline) {
   model::ModelOptions options;
   options.chunks = pipeline.chunks;
   options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
@@ -47,6 +47,9 @@ model::ModelOptions model_options(const recipe::Recipe& r, c10::Device device, c
                 r.parallel.cp_method == "ulysses" ? model::ContextParallel::Method::Ulysses
                                                   : model::ContextParallel::Method::Ring};
   options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep)};
+  // The load-balancing loss of each micro-batch, averaged over the step's micro-batches and dp.
+  options.aux_loss_scale =
+      r.model.moe ? r.model.moe->router_aux_loss_coef / double(mesh.grad_accum_steps * mesh.dp) : 0.0;
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -90,7 +93,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     throw UserError(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build; on GPUs use "
                                 "parallel.cp_method=\"ulysses\"",
                                 mesh.cp));
-  model::Transformer model(model_options(r, device, groups, pipeline));
+  model::Transformer model(model_options(r, mesh, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);
   StepLog log(loaded, model, device, groups.global_rank() == 0 ? options.log : nullptr);

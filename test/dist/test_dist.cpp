@@ -386,7 +386,7 @@ TEST_CASE("dist: a checkpoint saved at cp 2 with ZeRO-1 resumes at cp 1 and at c
   }
 }
 
-TEST_CASE("dist: expert parallelism reproduces the single-process loss curve", "[dist][ep]") {
+TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-process loss curve", "[dist][ep]") {
   TempDir dir;
   struct Case {
     std::string name;
@@ -394,7 +394,7 @@ TEST_CASE("dist: expert parallelism reproduces the single-process loss curve", "
     std::string parallel;  // --set options of the parallel run
     std::string model;     // --set options of both runs
   };
-  // tiny-moe: 4 experts, top-2, 2 layers here; the MoE loss per micro-batch as in one process.
+  // tiny-moe: 4 experts, top-2, 4 layers here; the MoE loss per micro-batch as in one process.
   const std::vector<Case> cases = {
       {"ep2", 2, " --set parallel.ep=2", ""},
       {"ep4", 4, " --set parallel.ep=4", ""},
@@ -406,11 +406,15 @@ TEST_CASE("dist: expert parallelism reproduces the single-process loss curve", "
       // 8 experts over 4 ranks, top-1: experts often receive no tokens.
       {"ep4 8 experts top1", 4, " --set parallel.ep=4",
        " --set model.moe.num_local_experts=8 --set model.moe.num_experts_per_tok=1"},
+      // Pipelines: each MoE layer's loss enters backward at its output, on whichever stage it is.
+      {"pp2 1f1b", 2, " --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b", ""},
+      {"pp2 zbv", 2, " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=zbv", ""},
+      {"pp2 ep2", 4, " --set parallel.pp=2 --set parallel.ep=2", ""},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
     const auto [worst, curve] = compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTinyMoe + c.model,
-                                                    c.nproc, c.parallel, "", references);
+                                                    c.nproc, c.parallel, " --set model.num_hidden_layers=4", references);
     CHECK(worst < 1e-5);
   }
 }
