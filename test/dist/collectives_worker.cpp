@@ -152,10 +152,12 @@ int main(int argc, char** argv) {
     const auto owned = test::worker_groups(s);
     mesh::ProcessGroups& groups = *owned;
     const int64_t rank = groups.global_rank();
-    // Kinds with the same ranks share one communicator; different ranks never do.
+    // Kinds with the same ranks share one communicator, except that the expert groups (ep, etp)
+    // never share with the others; different ranks never do.
+    const auto lane = [](mesh::GroupKind k) { return k == mesh::GroupKind::Ep || k == mesh::GroupKind::Etp; };
     for (auto a : mesh::all_group_kinds())
       for (auto b : mesh::all_group_kinds()) {
-        const bool same_ranks = groups.get(a).global_ranks() == groups.get(b).global_ranks();
+        const bool same_ranks = groups.get(a).global_ranks() == groups.get(b).global_ranks() && lane(a) == lane(b);
         if (same_ranks != (&groups.get(a) == &groups.get(b)))
           throw std::runtime_error(fmt::format("groups {} and {}: same ranks {} but shared communicator {}",
                                                mesh::group_kind_name(a), mesh::group_kind_name(b), same_ranks,
