@@ -48,6 +48,12 @@ struct ExpertParallel {
   int64_t rank = 0;
   int64_t size = 1;
   comm::Communicator* group = nullptr;
+  // The ranks holding the other parts of this rank's micro-batch (tp under sequence parallelism x
+  // cp): routing statistics and the capacity rule are taken over them. Null: this rank alone.
+  comm::Communicator* sequence_group = nullptr;
+  // The ranks whose micro-batches are in flight at the same time (tp x dp x cp): the global-batch
+  // load-balancing scope counts over them. Null: this rank alone.
+  comm::Communicator* batch_group = nullptr;
 };
 
 enum class LinearKind {

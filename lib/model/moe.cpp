@@ -1,31 +1,50 @@
 #include "model/moe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
+#include "model/recompute.h"
 #include "parallel/expert/all_to_all.h"
 
 namespace trainer::model {
+
+void MoeStepState::reset() {
+  tokens_per_expert = at::Tensor();
+  min_margin = at::Tensor();
+  z_loss = at::Tensor();
+  batch_counts = at::Tensor();
+  batch_slots = 0;
+  replay.clear();
+}
 
 Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
          ExpertParallel ep)
     : ep_(ep),
       num_experts_(config.moe->num_local_experts),
       top_k_(config.moe->num_experts_per_tok),
-      capacity_factor_(config.moe->capacity_factor) {
+      capacity_factor_(config.moe->capacity_factor),
+      global_scope_(config.moe->aux_loss_scope == "global_batch") {
   const auto& moe = *config.moe;
+  if (tp.size > 1 && !tp.sp())
+    throw std::logic_error("an MoE layer under tensor parallelism needs sequence parallelism (each tp rank routes "
+                           "its own part of the sequence)");
   router_ = Linear(params, prefix + "gate.weight", config.hidden_size, num_experts_, LinearKind::Replicated, tp);
+  // Each tp rank routes other tokens: the router's gradient is summed over tp as well.
+  if (tp.sp()) params.all().back().grad_group = mesh::GroupKind::TpDpCp;
   const size_t before = params.all().size();
   if (num_experts_ % ep.size != 0)
     throw std::logic_error(fmt::format("{} experts do not split over ep = {}", num_experts_, ep.size));
   const int64_t local = num_experts_ / ep.size;
   first_expert_ = ep.rank * local;
+  // Experts are whole (etp 1): no tensor parallelism inside them.
   for (int64_t e = first_expert_; e < first_expert_ + local; ++e)
     experts_.emplace_back(params, fmt::format("{}experts.{}.", prefix, e), config.hidden_size,
-                          moe.moe_intermediate_size, tp, /*mixtral_names=*/true);
+                          moe.moe_intermediate_size, TensorParallel{}, /*mixtral_names=*/true);
   // Expert weights are reduced over the expert-data-parallel group (MoE folding) and held by this
   // ep rank only.
   for (size_t i = before; i < params.all().size(); ++i) {
@@ -37,66 +56,86 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
                     moe.moe_intermediate_size * moe.num_shared_experts, tp);
 }
 
-at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& chosen, int64_t num_experts) {
-  const int64_t tokens = probs.size(0), k = chosen.size(1);
-  const at::Tensor counts = at::bincount(chosen.reshape({-1}), /*weights=*/{}, num_experts).to(at::kFloat);
-  const at::Tensor f = counts / double(tokens * k);  // no gradient: a count
-  const at::Tensor p = probs.mean(0);
-  return (f * p).sum() * double(num_experts);
+namespace {
+
+int64_t group_size(const comm::Communicator* group) { return group ? group->size() : 1; }
+
+at::Tensor all_reduced(at::Tensor t, comm::Communicator* group) {
+  if (group && group->size() > 1) group->all_reduce(t, comm::ReduceOp::Sum)->wait();
+  return t;
 }
 
-MoeOutput Moe::forward(const at::Tensor& x) const {
+}  // namespace
+
+std::pair<at::Tensor, int64_t> Moe::expert_frequencies(const Routing& routing, int64_t tokens) const {
+  at::NoGradGuard no_grad;
+  const at::Tensor counts = at::bincount(routing.chosen.reshape({-1}), {}, num_experts_).to(at::kFloat);
+  if (!global_scope_) {
+    // Micro-batch scope: the copies of the whole micro-batch, over the ranks that hold its parts.
+    const int64_t total = tokens * group_size(ep_.sequence_group);
+    return {all_reduced(counts, ep_.sequence_group) / double(std::max<int64_t>(total * top_k_, 1)), total};
+  }
+  // Global-batch scope (Megatron): the counts of the micro-batches in flight at once across
+  // tp x dp x cp, accumulated over the step's micro-batches so far. A recomputed layer replays the
+  // frequencies of its first pass.
+  const int64_t total = tokens * group_size(ep_.batch_group);
+  MoeStepState& s = *state_;
+  if (recompute_pass() == RecomputePass::Replay) {
+    if (s.replay.empty()) throw std::logic_error("MoE recomputation replays a micro-batch that was never counted");
+    at::Tensor f = s.replay.front();
+    s.replay.pop_front();
+    return {f, total};
+  }
+  const at::Tensor slot = all_reduced(counts, ep_.batch_group);
+  s.batch_counts = s.batch_counts.defined() ? s.batch_counts + slot : slot;
+  ++s.batch_slots;
+  const at::Tensor f = s.batch_counts / double(s.batch_slots) / double(std::max<int64_t>(total * top_k_, 1));
+  if (recompute_pass() == RecomputePass::First) s.replay.push_back(f);
+  return {f, total};
+}
+
+MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const {
   const auto shape = x.sizes().vec();
   const int64_t hidden = x.size(-1);
   const at::Tensor tokens = x.reshape({-1, hidden});
   const int64_t n = tokens.size(0);
 
-  const at::Tensor probs = at::softmax(router_.forward(tokens).to(at::kFloat), -1);  // [N, E]
-  auto [top_probs, chosen] = probs.topk(top_k_, -1);                                 // [N, k]
-  const at::Tensor weights = (top_probs / top_probs.sum(-1, /*keepdim=*/true)).to(x.scalar_type());
+  const at::Tensor logits = router_.forward(tokens);
+  const Routing routing = route_top_k(logits, top_k_);
 
   MoeOutput result;
-  result.aux_loss = load_balancing_loss(probs, chosen, num_experts_);
+  const auto [f, counted_tokens] = expert_frequencies(routing, n);
+  result.aux_loss = load_balancing_part(routing.probs, f, counted_tokens);
+  result.z_loss = z_loss_part(logits, n * group_size(ep_.sequence_group));
 
-  // Sort the N*k (token, expert) assignments by expert; a stable sort keeps token order.
-  const at::Tensor flat_expert = chosen.reshape({-1});
-  const at::Tensor order = std::get<1>(flat_expert.sort(/*stable=*/true, 0, false));
-  at::Tensor token_of = at::floor_divide(order, top_k_);
-  at::Tensor weight_of = weights.reshape({-1}).index_select(0, order);
-  at::Tensor counts = at::bincount(flat_expert, {}, num_experts_).cpu();
-
-  std::vector<int64_t> starts(num_experts_), lengths(num_experts_);
-  const int64_t* count = counts.data_ptr<int64_t>();
-  int64_t start = 0;
-  const int64_t capacity = capacity_factor_
-                               ? int64_t(std::ceil(*capacity_factor_ * double(n * top_k_) / double(num_experts_)))
-                               : std::numeric_limits<int64_t>::max();
-  for (int64_t e = 0; e < num_experts_; ++e) {
-    starts[e] = start;
-    lengths[e] = std::min(count[e], capacity);
-    start += count[e];
+  // Which copies the capacity keeps, counted over the whole micro-batch.
+  const int64_t copies = n * top_k_;
+  at::Tensor kept = at::arange(copies, at::TensorOptions().dtype(at::kLong).device(x.device()));
+  if (capacity_factor_) {
+    const int64_t total = copies * group_size(ep_.sequence_group);
+    const auto capacity = int64_t(std::ceil(*capacity_factor_ * double(total) / double(num_experts_)));
+    const at::Tensor keys = token_keys.defined() ? token_keys.to(kept.device()) : at::arange(n, kept.options());
+    kept = at::nonzero(capacity_keep(routing, keys, capacity, num_experts_, ep_.sequence_group)).reshape({-1});
   }
+  // The kept copies in expert order (a stable sort keeps token order): their tokens and weights.
+  const at::Tensor kept_expert = routing.chosen.reshape({-1}).index_select(0, kept);
+  const at::Tensor order = kept.index_select(0, std::get<1>(kept_expert.sort(/*stable=*/true, 0, false)));
+  const at::Tensor idx = at::floor_divide(order, top_k_);
+  const at::Tensor weight = routing.weights.reshape({-1}).index_select(0, order).to(x.scalar_type());
+  // The one host synchronisation: split sizes for the experts and the exchange.
+  const at::Tensor counts = at::bincount(kept_expert, {}, num_experts_).cpu();
+  const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts_);
 
-  // The kept copies in expert order: their tokens and routing weights.
-  std::vector<at::Tensor> kept_tokens, kept_weights;
-  for (int64_t e = 0; e < num_experts_; ++e) {
-    if (lengths[e] == 0) continue;
-    kept_tokens.push_back(token_of.narrow(0, starts[e], lengths[e]));
-    kept_weights.push_back(weight_of.narrow(0, starts[e], lengths[e]));
-  }
   at::Tensor combined = at::zeros_like(tokens);
   if (ep_.size == 1) {
-    if (!kept_tokens.empty()) {
-      const at::Tensor idx = at::cat(kept_tokens);
-      const at::Tensor y = run_local_experts(tokens.index_select(0, idx), lengths) * at::cat(kept_weights).unsqueeze(1);
+    if (idx.numel() > 0) {
+      const at::Tensor y = run_local_experts(tokens.index_select(0, idx), lengths) * weight.unsqueeze(1);
       combined = combined.index_add(0, idx, y);
     }
   } else {
-    const at::Tensor idx = kept_tokens.empty() ? at::zeros({0}, token_of.options()) : at::cat(kept_tokens);
-    const at::Tensor weight = kept_weights.empty() ? at::zeros({0}, weight_of.options()) : at::cat(kept_weights);
     const int64_t local = num_experts_ / ep_.size;
     // Counts first: received[s][l] = copies rank s sends to local expert l.
-    at::Tensor sent_counts = at::tensor(lengths, at::kLong);
+    at::Tensor sent_counts = counts.clone();
     at::Tensor received_counts = at::empty_like(sent_counts);
     const std::vector<int64_t> per_rank(size_t(ep_.size), local);
     ep_.group->all_to_all(received_counts, sent_counts, per_rank, per_rank)->wait();
@@ -128,9 +167,20 @@ MoeOutput Moe::forward(const at::Tensor& x) const {
                                                    *ep_.group);
     combined = combined.index_add(0, idx, y * weight.unsqueeze(1));
   }
-  if (shared_) combined = combined + shared_->forward(tokens);
+  if (shared_) combined = combined + shared_->forward(tokens.view(shape)).reshape({-1, hidden});
   result.output = combined.view(shape);
-  result.tokens_per_expert = at::tensor(lengths, at::kLong);
+  result.tokens_per_expert = counts;
+
+  // Per-step statistics, once per micro-batch (not again when a recomputed layer replays).
+  if (recompute_pass() != RecomputePass::Replay) {
+    at::NoGradGuard no_grad;
+    MoeStepState& s = *state_;
+    const at::Tensor load = counts.to(at::kFloat).to(x.device());
+    s.tokens_per_expert = s.tokens_per_expert.defined() ? s.tokens_per_expert + load : load;
+    s.min_margin = s.min_margin.defined() ? at::minimum(s.min_margin, routing.margin) : routing.margin;
+    const at::Tensor z = result.z_loss.detach();
+    s.z_loss = s.z_loss.defined() ? s.z_loss + z : z;
+  }
   return result;
 }
 

@@ -1,29 +1,51 @@
 #pragma once
 // Mixture-of-experts feed-forward (Mixtral names): a softmax router picks the top-k experts per
 // token; their outputs are weighted by the renormalised top-k probabilities. Dropless by default;
-// with a capacity factor each expert takes at most ceil(cf * tokens * k / experts) tokens (later
-// ones in token order are dropped). Optional shared experts see every token.
+// with a capacity factor each expert takes at most ceil(cf * tokens * k / experts) copies of the
+// micro-batch's tokens, the highest-scoring ones (model/moe_routing.h). Optional shared experts
+// see every token.
 //
 // Dispatch: the token copies are sorted by expert, run through their expert's SwiGLU and
 // scatter-added back with their routing weights. Under expert parallelism each ep rank holds
 // E / ep consecutive experts: the sorted copies go to their experts' ranks by an all-to-all with
 // uneven splits (the counts are exchanged first), the local experts run on what arrives (grouped
-// by expert), and a second all-to-all brings the results back. The capacity factor applies to
-// this rank's tokens before the exchange, so drops do not depend on ep.
+// by expert), and a second all-to-all brings the results back.
+//
+// MoE parallel folding: the experts are whole on each rank (etp 1) and their gradients are summed
+// over edp; under tensor parallelism (which requires sequence parallelism) each tp rank routes its
+// own part of the sequence, the router's gradient is summed over tp too, and shared experts are
+// tensor-parallel like a dense MLP.
 #include <ATen/core/Tensor.h>
 
+#include <deque>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "model/layers.h"
+#include "model/moe_routing.h"
 #include "recipe/recipe.h"
 
 namespace trainer::model {
 
 struct MoeOutput {
-  at::Tensor output;        // [B, T, hidden]
-  at::Tensor aux_loss;      // load-balancing loss N_E * sum_i f_i * P_i (fp32 scalar), not yet weighted
-  at::Tensor tokens_per_expert;  // int64 [E], after top-k and capacity (for metrics and tests)
+  at::Tensor output;             // [B, T, hidden] (or [s, b, hidden]: any leading dimensions)
+  at::Tensor aux_loss;           // this rank's part of the load-balancing loss (fp32 scalar), unweighted
+  at::Tensor z_loss;             // this rank's part of the router z-loss (fp32 scalar), unweighted
+  at::Tensor tokens_per_expert;  // int64 [E]: this rank's copies kept per expert (after capacity)
+};
+
+// What one MoE layer gathers over a training step: the load statistics for metrics, and the
+// running counts of the global-batch scope. Reset at the start of every step.
+struct MoeStepState {
+  at::Tensor tokens_per_expert;  // fp32 [E]: this rank's kept copies per expert, summed over micro-batches
+  at::Tensor min_margin;         // fp32: the smallest top-k margin seen (Routing::margin)
+  at::Tensor z_loss;             // fp32: this rank's z-loss parts, summed over micro-batches
+  at::Tensor batch_counts;       // fp32 [E]: global-batch scope, copies per expert over the step so far
+  int64_t batch_slots = 0;       // global-batch scope: micro-batch time slots counted
+  // Under full recomputation: the frequencies each first pass used, replayed in backward.
+  std::deque<at::Tensor> replay;
+  void reset();
 };
 
 class Moe {
@@ -31,11 +53,18 @@ class Moe {
   Moe() = default;
   Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
       ExpertParallel ep = {});
-  MoeOutput forward(const at::Tensor& x) const;
+  // x: [..., hidden], tokens in row-major order. token_keys: int64 [tokens], a key per token that
+  // orders the micro-batch the same way on every mesh (position * batch + sample); undefined: the
+  // token's index.
+  MoeOutput forward(const at::Tensor& x, const at::Tensor& token_keys = {}) const;
+  MoeStepState& step_state() const { return *state_; }
+  int64_t num_experts() const { return num_experts_; }
 
  private:
   // The local experts' SwiGLU on `rows` [sum(lengths), H] grouped by local expert.
   at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& lengths) const;
+  // The expert frequencies f of the load-balancing loss, and the token count they cover.
+  std::pair<at::Tensor, int64_t> expert_frequencies(const Routing& routing, int64_t tokens) const;
 
   Linear router_;
   std::vector<SwigluMlp> experts_;  // this rank's: global experts first_expert_ ..
@@ -44,11 +73,8 @@ class Moe {
   std::optional<SwigluMlp> shared_;
   int64_t num_experts_ = 0, top_k_ = 0;
   std::optional<double> capacity_factor_;
+  bool global_scope_ = false;
+  std::shared_ptr<MoeStepState> state_ = std::make_shared<MoeStepState>();
 };
-
-// The load-balancing loss from router probabilities [N, E] and chosen experts [N, k]:
-// N_E * sum_i f_i * P_i with f_i = (tokens routed to i) / (N * k) and P_i = mean probability of i.
-// It is 1 for perfectly balanced routing (Switch Transformer / Megatron normalisation).
-at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& chosen, int64_t num_experts);
 
 }  // namespace trainer::model

@@ -9,6 +9,15 @@ namespace trainer::model {
 
 namespace {
 
+thread_local RecomputePass current_pass = RecomputePass::None;
+
+// Sets the pass for one scope, restoring the outer one (recomputed functions nest).
+struct PassScope {
+  explicit PassScope(RecomputePass pass) : saved(current_pass) { current_pass = pass; }
+  ~PassScope() { current_pass = saved; }
+  RecomputePass saved;
+};
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -25,6 +34,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->save_for_backward(inputs.vec());
     at::NoGradGuard no_grad;
+    PassScope pass(RecomputePass::First);
     return holder->fn(inputs.vec());
   }
 
@@ -36,6 +46,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     variable_list outputs;
     {
       at::AutoGradMode enable(true);
+      PassScope pass(RecomputePass::Replay);
       outputs = holder->fn(inputs);
     }
     variable_list roots, grads;
@@ -52,6 +63,8 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 };
 
 }  // namespace
+
+RecomputePass recompute_pass() { return current_pass; }
 
 std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs) {
   return RecomputeFunction::apply(c10::make_intrusive<FunctionHolder>(std::move(fn)), at::TensorList(inputs));

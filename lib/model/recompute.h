@@ -14,4 +14,10 @@ using TensorFunction = std::function<std::vector<at::Tensor>(const std::vector<a
 // Same outputs as fn(inputs), with gradients flowing to the inputs and to every parameter fn uses.
 std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs);
 
+// Which pass of a recomputed function is running on this thread: its first run (in forward, under
+// no-grad) or its second (in backward). Layers that keep per-step state (MoE statistics) use it to
+// count a micro-batch once and to replay the first pass's decisions.
+enum class RecomputePass { None, First, Replay };
+RecomputePass recompute_pass();
+
 }  // namespace trainer::model

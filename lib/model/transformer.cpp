@@ -20,8 +20,8 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-                           ContextParallel cp, ExpertParallel ep, double aux_loss_scale)
-    : aux_loss_scale_(aux_loss_scale) {
+                           ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale)
+    : aux_loss_scale_(aux_loss_scale), z_loss_scale_(z_loss_scale) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
   attention_ = Attention(params, prefix + "self_attn.", config, tp, cp);
@@ -34,12 +34,15 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const at::Tensor& cos,
-                                                        const at::Tensor& sin, bool recompute_attention_core) const {
+                                                        const at::Tensor& sin, const at::Tensor& token_keys,
+                                                        bool recompute_attention_core) const {
   const at::Tensor h = x + attention_.forward(input_norm_.forward(x), cos, sin, recompute_attention_core);
   const at::Tensor normed = post_attention_norm_.forward(h);
   if (moe_) {
-    MoeOutput out = moe_->forward(normed);
-    return {attach_aux_loss(h + out.output, out.aux_loss, aux_loss_scale_), out.aux_loss};
+    MoeOutput out = moe_->forward(normed, token_keys);
+    const at::Tensor y = attach_aux_loss(attach_aux_loss(h + out.output, out.aux_loss, aux_loss_scale_), out.z_loss,
+                                         z_loss_scale_);
+    return {y, out.aux_loss};
   }
   return {h + mlp_->forward(normed), at::Tensor()};
 }
@@ -61,7 +64,8 @@ Transformer::Transformer(const ModelOptions& options)
     if (chunk.embedding)
       embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep, options.aux_loss_scale);
+      layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep, options.aux_loss_scale,
+                           options.z_loss_scale);
       layer_index_.push_back(i);
     }
     if (chunk.head) {
@@ -92,8 +96,19 @@ bool Transformer::whole_model() const {
          chunks_[0].end_layer == options_.config.num_hidden_layers;
 }
 
+std::vector<std::pair<int64_t, const Moe*>> Transformer::moe_layers() const {
+  std::vector<std::pair<int64_t, const Moe*>> result;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].moe()) result.emplace_back(layer_index_[i], layers_[i].moe());
+  return result;
+}
+
+void Transformer::begin_step() const {
+  for (const auto& [index, moe] : moe_layers()) moe->step_state().reset();
+}
+
 at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
-                                   at::Tensor* aux) const {
+                                   const at::Tensor& token_keys, at::Tensor* aux) const {
   const bool selective = options_.recompute == Recompute::Selective;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
@@ -102,15 +117,15 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
       // Keep only the layer input; everything inside is recomputed in backward.
       const bool moe = layer.is_moe();
       auto outputs = recompute(
-          [&layer, cos = cos, sin = sin, moe](const std::vector<at::Tensor>& in) {
-            auto [h, layer_aux] = layer.forward(in[0], cos, sin, false);
+          [&layer, cos = cos, sin = sin, token_keys = token_keys, moe](const std::vector<at::Tensor>& in) {
+            auto [h, layer_aux] = layer.forward(in[0], cos, sin, token_keys, false);
             return moe ? std::vector<at::Tensor>{h, layer_aux} : std::vector<at::Tensor>{h};
           },
           {x});
       x = outputs[0];
       if (moe) *aux = *aux + outputs[1];
     } else {
-      auto [h, layer_aux] = layer.forward(x, cos, sin, selective);
+      auto [h, layer_aux] = layer.forward(x, cos, sin, token_keys, selective);
       x = h;
       if (layer_aux.defined()) *aux = *aux + layer_aux;
     }
@@ -132,7 +147,16 @@ at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, co
     throw std::logic_error(fmt::format("model chunk {} starts at layer {}: it needs the previous chunk's output", chunk,
                                        layout.first_layer));
   *aux = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(inputs.device()));
-  return run_layers(layout, layout.embedding ? embed_.forward(inputs.t()) : hidden, cos, sin, aux);
+  // MoE layers order their tokens by (position, sample), the same on every mesh; under sequence
+  // parallelism this rank's rows are its tp part of the sequence.
+  at::Tensor token_keys;
+  if (options_.config.moe) {
+    const int64_t tp = options_.tp.sp() ? options_.tp.size : 1, rows = t / tp;
+    const at::Tensor mine = positions.narrow(0, options_.tp.sp() ? options_.tp.rank * rows : 0, rows);
+    const int64_t b = inputs.size(0);
+    token_keys = (mine.unsqueeze(1) * b + at::arange(b, index_options).unsqueeze(0)).reshape({-1});
+  }
+  return run_layers(layout, layout.embedding ? embed_.forward(inputs.t()) : hidden, cos, sin, token_keys, aux);
 }
 
 at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,

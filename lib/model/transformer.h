@@ -47,6 +47,8 @@ struct ModelOptions {
   // (micro-batches x dp)); its gradient enters backward at the layer's output (aux_loss_scaler.h).
   // 0: the losses are only reported.
   double aux_loss_scale = 0;
+  // The weight of each MoE layer's router z-loss (router_z_loss_coef / (micro-batches x dp)).
+  double z_loss_scale = 0;
 };
 
 struct ForwardOutput {
@@ -58,18 +60,20 @@ struct ForwardOutput {
 class DecoderLayer {
  public:
   DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-               ContextParallel cp, ExpertParallel ep, double aux_loss_scale);
+               ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale);
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
+  // token_keys: the MoE layer's order of this rank's tokens (Moe::forward).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                            bool recompute_attention_core) const;
+                                            const at::Tensor& token_keys, bool recompute_attention_core) const;
   bool is_moe() const { return moe_.has_value(); }
+  const Moe* moe() const { return moe_ ? &*moe_ : nullptr; }
 
  private:
   RmsNorm input_norm_, post_attention_norm_;
   Attention attention_;
   std::optional<SwigluMlp> mlp_;
   std::optional<Moe> moe_;
-  double aux_loss_scale_ = 0;
+  double aux_loss_scale_ = 0, z_loss_scale_ = 0;
 };
 
 class Transformer {
@@ -96,6 +100,11 @@ class Transformer {
   int64_t chunks() const { return int64_t(chunks_.size()); }
   const ChunkLayout& chunk_layout(int64_t chunk) const { return chunks_.at(size_t(chunk)); }
 
+  // This rank's MoE layers with their model indices.
+  std::vector<std::pair<int64_t, const Moe*>> moe_layers() const;
+  // Clears the MoE layers' per-step state (MoeStepState): call before each step's first forward.
+  void begin_step() const;
+
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   const ModelOptions& options() const { return options_; }
@@ -107,7 +116,7 @@ class Transformer {
   at::Tensor chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, at::Tensor* aux) const;
   // The chunk's decoder layers on x; MoE losses added to *aux.
   at::Tensor run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
-                        at::Tensor* aux) const;
+                        const at::Tensor& token_keys, at::Tensor* aux) const;
   // Final norm, LM head and the loss over the vocabulary (parallel under tp).
   at::Tensor loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const;
 

@@ -23,6 +23,7 @@ struct MoeConfig {
   int64_t moe_intermediate_size = 0;
   int64_t num_shared_experts = 0;
   double router_aux_loss_coef = 0.01;
+  double router_z_loss_coef = 0.0;        // ST-MoE router z-loss weight; 0: off
   std::string aux_loss_scope = "micro_batch";
   std::optional<double> capacity_factor;  // none: dropless
   std::vector<int64_t> layers;            // indices of MoE layers (all when the recipe says null)

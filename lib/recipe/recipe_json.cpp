@@ -96,6 +96,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
     e.moe_intermediate_size = get_optional_int(d, "model.moe.moe_intermediate_size").value_or(m.intermediate_size);
     e.num_shared_experts = get_int(d, "model.moe.num_shared_experts");
     e.router_aux_loss_coef = get<double>(d, "model.moe.router_aux_loss_coef");
+    e.router_z_loss_coef = get<double>(d, "model.moe.router_z_loss_coef");
     e.aux_loss_scope = get<std::string>(d, "model.moe.aux_loss_scope");
     e.capacity_factor = get_optional<double>(d, "model.moe.capacity_factor");
     if (at(d, "model.moe.layers").is_null()) {
@@ -211,6 +212,7 @@ json recipe_to_json(const Recipe& r) {
                     {"moe_intermediate_size", e.moe_intermediate_size},
                     {"num_shared_experts", e.num_shared_experts},
                     {"router_aux_loss_coef", e.router_aux_loss_coef},
+                    {"router_z_loss_coef", e.router_z_loss_coef},
                     {"aux_loss_scope", e.aux_loss_scope},
                     {"capacity_factor", optional_json(e.capacity_factor)},
                     {"layers", all_layers ? json(nullptr) : json(e.layers)}};

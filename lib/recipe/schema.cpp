@@ -110,9 +110,12 @@ std::vector<KeySpec> build_schema() {
                            "Experts every token passes through besides the routed ones."), 0));
   s.push_back(at_least(key("model.moe.router_aux_loss_coef", K::Number, 0.01,
                            "Weight of the load-balancing loss N_E * sum_i f_i * p_i."), 0));
+  s.push_back(at_least(key("model.moe.router_z_loss_coef", K::Number, 0,
+                           "Weight of the router z-loss mean(logsumexp(router logits)^2) (ST-MoE); 0: off."), 0));
   s.push_back(one_of(key("model.moe.aux_loss_scope", K::String, "micro_batch",
-                         "Where expert frequencies f_i are counted: per micro-batch, or over the whole global "
-                         "batch (all-reduced across data-parallel ranks)."),
+                         "Where expert frequencies f_i are counted: per micro-batch (over the tp x cp ranks "
+                         "that share it), or over the micro-batches in flight at once across tp x dp x cp, "
+                         "accumulated over the step so far (Megatron's global-batch balancing)."),
                      {"micro_batch", "global_batch"}));
   s.push_back(positive(key("model.moe.capacity_factor", K::Number, nullptr,
                            "Tokens per expert capped at capacity_factor * tokens * k / experts (extra tokens "

@@ -152,6 +152,10 @@ class Checker {
         (void)kv_heads;
       }
     }
+    if (m.moe && p.tp > 1 && !p.sequence_parallel)
+      add("parallel.tp={} with model.moe needs parallel.sequence_parallel=true: without it every tp rank would "
+          "route the same tokens to the experts (as Megatron requires); set parallel.sequence_parallel true",
+          p.tp);
     if (p.sequence_parallel && p.tp > 1 && (t.seq_len / p.cp) % p.tp != 0)
       add("parallel.sequence_parallel splits each rank's {} tokens (training.seq_len={} / parallel.cp={}) across "
           "parallel.tp={}, which does not divide them; use seq_len {}",

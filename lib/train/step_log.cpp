@@ -109,7 +109,9 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   last_read_ = now;
   steps_since_read_ = 0;
   const double step_loss = host[0].item<double>(), grad_norm = host[2].item<double>();
-  const double step_aux = host[1].item<double>() / double(mesh_.grad_accum_steps * mesh_.dp);
+  // Micro-batch scope: one loss per micro-batch and dp rank; global-batch scope: one per time slot.
+  const bool global_scope = recipe_.model.moe && recipe_.model.moe->aux_loss_scope == "global_batch";
+  const double step_aux = host[1].item<double>() / double(mesh_.grad_accum_steps * (global_scope ? 1 : mesh_.dp));
   last_loss_ = step_loss;
   const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
   if (bad_loss > 0 || bad_norm > 0) {
@@ -134,6 +136,35 @@ void StepLog::check_finite(int64_t step, double loss, double grad_norm, double f
       first, loss_bad ? "loss" : "gradient norm", first == step ? fmt::format("{}", value) : "not finite",
       first == step ? "" : fmt::format(" (seen at the read after step {})", step), gradients,
       recipe_.training.dtype == "bf16" ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
+}
+
+std::string StepLog::moe_statistics(const StepFigures& f, nlohmann::json* extra) const {
+  const at::Tensor load = f.moe_load.to(at::kCPU);
+  const std::vector<int64_t>& layers = recipe_.model.moe->layers;
+  nlohmann::json per_layer = nlohmann::json::array();
+  double worst = 0, worst_cv = 0;
+  int64_t worst_layer = -1;
+  for (int64_t row = 0; row < load.size(0); ++row) {
+    const at::Tensor counts = load[row];
+    const double mean = counts.mean().item<double>();
+    // Max over mean (1 when balanced) and the coefficient of variation of the experts' loads.
+    const double max_over_mean = mean > 0 ? counts.max().item<double>() / mean : 0.0;
+    const double cv = mean > 0 ? counts.std(/*unbiased=*/false).item<double>() / mean : 0.0;
+    std::vector<int64_t> tokens;
+    for (int64_t e = 0; e < counts.size(0); ++e) tokens.push_back(int64_t(counts[e].item<double>()));
+    per_layer.push_back({{"layer", layers[size_t(row)]},
+                         {"tokens_per_expert", tokens},
+                         {"max_over_mean", max_over_mean},
+                         {"cv", cv}});
+    if (max_over_mean > worst) worst = max_over_mean, worst_cv = cv, worst_layer = layers[size_t(row)];
+  }
+  const double margin = f.min_margin.item<double>();
+  const double z = f.z_sum.item<double>() / double(mesh_.grad_accum_steps * mesh_.dp);
+  (*extra)["moe_layers"] = per_layer;
+  (*extra)["moe_min_topk_margin"] = std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json();
+  if (recipe_.model.moe->router_z_loss_coef > 0) (*extra)["z_loss"] = z;
+  if (worst_layer < 0) return "";
+  return fmt::format(" | expert load max/mean {:.2f} (layer {}, cv {:.2f})", worst, worst_layer, worst_cv);
 }
 
 void StepLog::print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
@@ -178,7 +209,9 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
                              {"launched_in_backward", overlap->launched_in_backward},
                              {"first_launch_s", overlap->first_launch_s},
                              {"backward_end_s", overlap->backward_end_s}};
-  say(metrics::format_console_line(m));
+  std::string moe_summary;
+  if (f.moe_load.defined()) moe_summary = moe_statistics(f, &m.extra);
+  say(metrics::format_console_line(m) + moe_summary);
   if (!compared_) {
     compared_ = true;
     say(fmt::format("predicted vs measured (rank 0): peak tensor memory {} vs {} ({:+.1f}%); step time {}",

@@ -42,6 +42,9 @@ class StepLog {
 
  private:
   void check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss, double first_bad_norm) const;
+  // The MoE load figures into `extra` (per layer: tokens per expert, max/mean, coefficient of
+  // variation; the smallest top-k margin; the z-loss) and a console summary of the worst layer.
+  std::string moe_statistics(const StepFigures& f, nlohmann::json* extra) const;
   void print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
                   const parallel::OverlapStats* overlap,
                   const StepFigures& figures);

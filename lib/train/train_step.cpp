@@ -1,6 +1,10 @@
 #include "train/train_step.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <limits>
 
 #include "metrics/cpu_memory.h"
 #include "parallel/pipeline/executor.h"
@@ -69,6 +73,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
 
   optimizer_.begin_step();
+  model_.begin_step();
   executor.run(parallel::stage_schedule(pipeline_.spec, pipeline_.stage));
   if (device_.is_cpu()) {
     // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
@@ -85,11 +90,40 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     f.stage_peak_bytes = packed.narrow(0, chunks * 3, mesh_.pp);
   }
   optimizer_.finish_gradients();
-  all_reduce_scalars(dp, {&f.loss_sum, &f.aux_sum});
+  all_reduce_scalars(dp, {&f.loss_sum});
+  // MoE losses are split over the tp ranks too (each routes its part of the sequence).
+  all_reduce_scalars(groups_.get(mesh::GroupKind::TpDpCp), {&f.aux_sum});
   // The loss lives on the stage of the model's last chunk: every stage gets it.
   if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});
+  if (recipe_.model.moe) gather_moe_statistics(f);
   f.grad_norm = optimizer_.grad_norm();
   return f;
+}
+
+void TrainStep::gather_moe_statistics(StepFigures& f) const {
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t>& layers = recipe_.model.moe->layers;
+  const int64_t experts = recipe_.model.moe->num_local_experts, rows = int64_t(layers.size());
+  // Loads then the z-loss sum in one tensor (summed), the margin apart (a maximum of its negation).
+  at::Tensor sums = at::zeros({rows * experts + 1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  at::Tensor margin = at::full({1}, -std::numeric_limits<double>::infinity(), sums.options());
+  for (const auto& [index, moe] : model_.moe_layers()) {
+    const model::MoeStepState& s = moe->step_state();
+    if (!s.tokens_per_expert.defined()) continue;
+    const int64_t row = int64_t(std::find(layers.begin(), layers.end(), index) - layers.begin());
+    sums.narrow(0, row * experts, experts).copy_(s.tokens_per_expert);
+    sums[rows * experts] += s.z_loss.to(at::kDouble);
+    margin = at::maximum(margin, -s.min_margin.to(at::kDouble).reshape({1}));
+  }
+  for (auto kind : {mesh::GroupKind::TpDpCp, mesh::GroupKind::Pp}) {
+    comm::Communicator& group = groups_.get(kind);
+    if (group.size() == 1) continue;
+    group.all_reduce(sums, comm::ReduceOp::Sum)->wait();
+    group.all_reduce(margin, comm::ReduceOp::Max)->wait();
+  }
+  f.moe_load = sums.narrow(0, 0, rows * experts).view({rows, experts});
+  f.z_sum = sums[rows * experts];
+  f.min_margin = -margin[0];
 }
 
 }  // namespace trainer::train

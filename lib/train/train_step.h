@@ -30,6 +30,11 @@ struct StepFigures {
   // On the CPU only: [pp] doubles, each stage's peak tensor bytes (tracked since the last logged
   // step) at the end of its backward, gathered from every stage.
   at::Tensor stage_peak_bytes;
+  // MoE models: [MoE layers, experts] doubles, the token copies each expert processed in the step
+  // (after capacity), summed over the data-parallel ranks; rows in model.moe.layers order.
+  at::Tensor moe_load;
+  at::Tensor z_sum;       // MoE router z-losses summed over micro-batches and data-parallel ranks
+  at::Tensor min_margin;  // the smallest top-k routing margin of the step over all ranks (Routing::margin)
 };
 
 class TrainStep {
@@ -42,6 +47,9 @@ class TrainStep {
   StepFigures compute_gradients(int64_t consumed_samples);
 
  private:
+  // MoE statistics of the step from every layer's MoeStepState, over all ranks.
+  void gather_moe_statistics(StepFigures& f) const;
+
   model::Transformer& model_;
   OptimizerDriver& optimizer_;
   const data::Dataset& dataset_;

@@ -46,10 +46,18 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
   options.cp = {groups.coordinates().cp, groups.layout().shape().cp, &groups.get(mesh::GroupKind::Cp),
                 r.parallel.cp_method == "ulysses" ? model::ContextParallel::Method::Ulysses
                                                   : model::ContextParallel::Method::Ring};
-  options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep)};
-  // The load-balancing loss of each micro-batch, averaged over the step's micro-batches and dp.
-  options.aux_loss_scale =
-      r.model.moe ? r.model.moe->router_aux_loss_coef / double(mesh.grad_accum_steps * mesh.dp) : 0.0;
+  // MoE layers under tp need sequence parallelism (validated): tp x cp ranks share a micro-batch.
+  options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep),
+                &groups.get(mesh::GroupKind::TpCp), &groups.get(mesh::GroupKind::TpDpCp)};
+  if (r.model.moe) {
+    // The load-balancing loss of each micro-batch averaged over the step's micro-batches and dp;
+    // in the global-batch scope one loss per time slot (its parts spread over dp), averaged over
+    // the slots.
+    const bool global = r.model.moe->aux_loss_scope == "global_batch";
+    options.aux_loss_scale =
+        r.model.moe->router_aux_loss_coef / double(mesh.grad_accum_steps * (global ? 1 : mesh.dp));
+    options.z_loss_scale = r.model.moe->router_z_loss_coef / double(mesh.grad_accum_steps * mesh.dp);
+  }
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;

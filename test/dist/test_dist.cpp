@@ -388,6 +388,7 @@ TEST_CASE("dist: a checkpoint saved at cp 2 with ZeRO-1 resumes at cp 1 and at c
 
 TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-process loss curve", "[dist][ep]") {
   TempDir dir;
+  const std::string kTpSp = " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.etp=1";
   struct Case {
     std::string name;
     int nproc;
@@ -410,13 +411,63 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       {"pp2 1f1b", 2, " --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b", ""},
       {"pp2 zbv", 2, " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=zbv", ""},
       {"pp2 ep2", 4, " --set parallel.pp=2 --set parallel.ep=2", ""},
+      // MoE folding under tensor parallelism (sequence parallel, experts whole): each tp rank routes
+      // its part of the sequence; statistics and the capacity rule span the tp group.
+      {"tp2 sp", 2, kTpSp, ""},
+      {"tp2 sp ep2", 2, kTpSp + " --set parallel.ep=2", ""},
+      {"tp2 sp ep2 shared expert", 2, kTpSp + " --set parallel.ep=2", " --set model.moe.num_shared_experts=1"},
+      {"tp2 sp ep2 capacity 1.0", 2, kTpSp + " --set parallel.ep=2", " --set model.moe.capacity_factor=1.0"},
+      {"tp2 sp dp2 ep4 zero1", 4, kTpSp + " --set parallel.ep=4 --set parallel.zero=1", ""},
+      // Context parallelism: the zigzag halves of each sequence route on two ranks.
+      {"cp2 ring ep2 capacity 1.0", 2, " --set parallel.cp=2 --set parallel.ep=2", " --set model.moe.capacity_factor=1.0"},
+      {"tp2 sp full recompute z-loss", 2, kTpSp + " --set training.recompute=full",
+       " --set model.moe.router_z_loss_coef=0.001"},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
     const auto [worst, curve] = compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTinyMoe + c.model,
                                                     c.nproc, c.parallel, " --set model.num_hidden_layers=4", references);
+    // The smallest top-k margin of the reference's routing, reported with the difference: a margin
+    // near fp32 rounding (1e-7) next to a failure means a routing flip from summation order.
+    double margin = 1;
+    for (const auto& m : read_jsonl(references[trainer_binary() + " run " + kTinyMoe + c.model + " --set model.num_hidden_layers=4"]))
+      if (!m["moe_min_topk_margin"].is_null()) margin = std::min(margin, m["moe_min_topk_margin"].get<double>());
+    std::printf("%s: smallest top-k margin of the reference %.3g\n", c.name.c_str(), margin);
+    INFO("smallest top-k margin of the reference " << margin);
+    CHECK(margin > 0);
     CHECK(worst < 1e-5);
   }
+}
+
+TEST_CASE("dist: global-batch load balancing depends on the micro-batches per time slot, not the mesh", "[dist][ep]") {
+  TempDir dir;
+  const std::string base = trainer_binary() + " run " + kTinyMoe + " --set model.moe.aux_loss_scope=global_batch" +
+                           " --set model.moe.router_aux_loss_coef=0.1";
+  std::map<std::string, std::string> references;
+  // One slot per step: dp 4 x 4 samples are the single process's one micro-batch of 16, so the
+  // load-balancing loss (counted over the slot) and the curve equal that reference.
+  const std::string single = base + " --set training.micro_batch_size=16";
+  for (const auto& [name, parallel] : std::vector<std::pair<std::string, std::string>>{
+           {"dp4 global batch", ""}, {"dp4 ep2 global batch", " --set parallel.ep=2"},
+           {"dp4 ep4 global batch", " --set parallel.ep=4"}}) {
+    const auto [worst, curve] = compare_with_single(dir.path(), name, single, 4,
+                                                    parallel + " --set training.micro_batch_size=4", "", references);
+    CHECK(worst < 1e-5);
+    const auto reference = read_jsonl(references[single]);
+    double aux = 0;
+    for (size_t i = 0; i < curve.size(); ++i)
+      aux = std::max(aux, std::fabs(curve[i]["aux_loss"].get<double>() - reference[i]["aux_loss"].get<double>()) /
+                              reference[i]["aux_loss"].get<double>());
+    std::printf("%s: largest relative load-balancing loss difference %.3g\n", name.c_str(), aux);
+    CHECK(aux < 1e-5);
+  }
+  // The micro_batch scope on the same mesh counts each rank's 4 samples alone: another loss.
+  const auto [differs, curve] = compare_with_single(
+      dir.path(), "dp4 micro_batch scope", single + " --set model.moe.aux_loss_scope=micro_batch", 4,
+      " --set training.micro_batch_size=4", "", references);
+  (void)curve;
+  std::printf("micro_batch scope against one micro-batch of 16: %.3g\n", differs);
+  CHECK(differs > 1e-6);
 }
 
 TEST_CASE("dist: a checkpoint saved at ep 2 resumes at ep 1 and one saved at ep 1 resumes at ep 4", "[dist][ep]") {

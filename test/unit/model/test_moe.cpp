@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "model/moe.h"
 #include "model_test_util.h"
@@ -64,7 +65,8 @@ namespace {
 
 constexpr int64_t kHidden = 6, kExperts = 4, kTokens = 6;
 
-recipe::ModelConfig moe_config(int64_t top_k, int64_t shared, std::optional<double> capacity) {
+recipe::ModelConfig moe_config(int64_t top_k, int64_t shared, std::optional<double> capacity,
+                               const std::string& scope = "micro_batch") {
   recipe::ModelConfig c;
   c.hidden_size = kHidden;
   recipe::MoeConfig moe;
@@ -73,6 +75,7 @@ recipe::ModelConfig moe_config(int64_t top_k, int64_t shared, std::optional<doub
   moe.moe_intermediate_size = 5;
   moe.num_shared_experts = shared;
   moe.capacity_factor = capacity;
+  moe.aux_loss_scope = scope;
   c.moe = moe;
   return c;
 }
@@ -98,9 +101,10 @@ at::Tensor routed_tokens() {
 struct MoeLayer {
   model::ParameterSet params;
   model::Moe moe;
-  MoeLayer(int64_t top_k, int64_t shared, std::optional<double> capacity, bool known_router = true)
+  MoeLayer(int64_t top_k, int64_t shared, std::optional<double> capacity, bool known_router = true,
+           const std::string& scope = "micro_batch")
       : params(model::ParameterOptions{21, 0.5, at::kDouble}) {
-    moe = model::Moe(params, kPrefix, moe_config(top_k, shared, capacity), {});
+    moe = model::Moe(params, kPrefix, moe_config(top_k, shared, capacity, scope), {});
     if (known_router) {
       at::NoGradGuard no_grad;
       at::Tensor w = param(params, kPrefix + "gate.weight");  // [E, hidden]
@@ -120,7 +124,7 @@ struct MoeLayer {
 };
 
 // Reference routing: softmax of the router logits in double, top-k written out, weights renormalised,
-// and with a capacity the assignments beyond it (in token order) dropped.
+// and with a capacity each expert keeps its highest-probability copies (ties: earlier token).
 struct Reference {
   at::Tensor output, probs, chosen;
   std::vector<int64_t> tokens_per_expert;
@@ -135,20 +139,31 @@ Reference reference(const MoeLayer& layer, const at::Tensor& x3, int64_t top_k, 
   r.probs = probs;
   r.chosen = at::zeros({n, top_k}, at::kLong);
   r.tokens_per_expert.assign(kExperts, 0);
+  std::vector<std::vector<std::pair<double, int64_t>>> ranked(static_cast<size_t>(n));
+  std::vector<std::vector<std::pair<double, int64_t>>> copies(static_cast<size_t>(kExperts));  // (-probability, token) per expert
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t e = 0; e < kExperts; ++e) ranked[t].push_back({probs[t][e].item<double>(), e});
+    std::sort(ranked[t].rbegin(), ranked[t].rend());
+    for (int64_t j = 0; j < top_k; ++j) {
+      r.chosen[t][j] = ranked[t][j].second;
+      copies[ranked[t][j].second].push_back({-ranked[t][j].first, t});
+    }
+  }
+  std::set<std::pair<int64_t, int64_t>> kept;  // (token, expert)
+  for (int64_t e = 0; e < kExperts; ++e) {
+    std::sort(copies[e].begin(), copies[e].end());
+    for (int64_t i = 0; i < std::min<int64_t>(cap, copies[e].size()); ++i) kept.insert({copies[e][i].second, e});
+  }
   std::vector<at::Tensor> rows;
   for (int64_t t = 0; t < n; ++t) {
-    std::vector<std::pair<double, int64_t>> ranked;
-    for (int64_t e = 0; e < kExperts; ++e) ranked.push_back({probs[t][e].item<double>(), e});
-    std::sort(ranked.rbegin(), ranked.rend());
     double total = 0;
-    for (int64_t j = 0; j < top_k; ++j) total += ranked[j].first;
+    for (int64_t j = 0; j < top_k; ++j) total += ranked[t][j].first;
     at::Tensor row = at::zeros({kHidden}, at::kDouble);
     for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = ranked[j].second;
-      r.chosen[t][j] = e;
-      if (r.tokens_per_expert[e] >= cap) continue;  // dropped: later tokens lose this expert
+      const int64_t e = ranked[t][j].second;
+      if (!kept.count({t, e})) continue;
       ++r.tokens_per_expert[e];
-      row = row + ranked[j].first / total * layer.expert(e, x[t].unsqueeze(0))[0];
+      row = row + ranked[t][j].first / total * layer.expert(e, x[t].unsqueeze(0))[0];
     }
     rows.push_back(row);
   }
@@ -212,7 +227,7 @@ TEST_CASE("Moe routes each token to its known top-k experts and mixes their SwiG
   }
 }
 
-TEST_CASE("capacity_factor drops the tokens beyond capacity in token order", "[model][moe]") {
+TEST_CASE("capacity_factor keeps each expert's highest-scoring copies, ties in token order", "[model][moe]") {
   const at::Tensor x = routed_tokens();
   const at::Tensor flat = x.view({-1, kHidden});
   SECTION("top-1, factor 1: capacity ceil(6/4) = 2") {
@@ -237,14 +252,19 @@ TEST_CASE("capacity_factor drops the tokens beyond capacity in token order", "[m
   SECTION("top-2, factor 1: capacity ceil(12/4) = 3") {
     MoeLayer layer(2, 0, 1.0);
     const model::MoeOutput out = layer.moe.forward(x);
-    // Expert 0 keeps tokens 0, 2, 3 and drops 4, 5; the others fit.
+    // Expert 0 is the first choice of tokens 0, 2, 4, 5 and the second of token 3: it keeps the
+    // first choices 0, 2, 4 (higher probability, then token order) and drops 5 and 3.
     CHECK(to_vector(out.tokens_per_expert) == std::vector<int64_t>{3, 3, 2, 2});
     const Reference ref = reference(layer, x, 2, 1.0);
     CHECK(ref.tokens_per_expert == std::vector<int64_t>{3, 3, 2, 2});
-    // Token 4 keeps only its second expert (3), with its unrenormalised top-2 weight.
-    const double p0 = ref.probs[4][0].item<double>(), p3 = ref.probs[4][3].item<double>();
-    CHECK(max_relative_error(out.output.view({-1, kHidden})[4],
-                             p3 / (p0 + p3) * layer.expert(3, flat[4].unsqueeze(0))[0]) < 1e-6);
+    // Token 5 keeps only its second expert (1), with its unrenormalised top-2 weight.
+    const double p0 = ref.probs[5][0].item<double>(), p1 = ref.probs[5][1].item<double>();
+    CHECK(max_relative_error(out.output.view({-1, kHidden})[5],
+                             p1 / (p0 + p1) * layer.expert(1, flat[5].unsqueeze(0))[0]) < 1e-6);
+    // Token 3 loses its second expert (0) though it comes before token 4: the score decides.
+    const double q2 = ref.probs[3][2].item<double>(), q0 = ref.probs[3][0].item<double>();
+    CHECK(max_relative_error(out.output.view({-1, kHidden})[3],
+                             q2 / (q2 + q0) * layer.expert(2, flat[3].unsqueeze(0))[0]) < 1e-6);
     CHECK(max_relative_error(out.output, ref.output) < 1e-6);
     // The auxiliary loss counts the routing before capacity.
     CHECK(out.aux_loss.item<double>() == Approx(hand_aux_loss(ref.probs, ref.chosen)).epsilon(1e-6));
@@ -325,4 +345,46 @@ TEST_CASE("Moe gradients match central differences with the routing held fixed",
       }
     }
   }
+}
+
+TEST_CASE("the router z-loss, the top-k margin and the per-step load statistics", "[model][moe]") {
+  MoeLayer layer(2, 0, std::nullopt, /*known_router=*/false);
+  const at::Tensor x = model_test::randn({2, 5, kHidden}, 41);
+  const at::Tensor logits = at::matmul(x.view({-1, kHidden}), param(layer.params, kPrefix + "gate.weight").t());
+  const at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
+  const at::Tensor sorted = std::get<0>(probs.sort(-1, /*descending=*/true));
+  layer.moe.step_state().reset();
+  const model::MoeOutput out = layer.moe.forward(x);
+  const at::Tensor lse = at::logsumexp(logits, {-1});
+  CHECK(out.z_loss.item<double>() == Approx((lse * lse).mean().item<double>()).epsilon(1e-6));
+  const model::MoeStepState& s = layer.moe.step_state();
+  CHECK(s.min_margin.item<double>() == Approx((sorted.select(1, 1) - sorted.select(1, 2)).min().item<double>()));
+  CHECK(s.tokens_per_expert.sum().item<double>() == 20);
+  layer.moe.forward(x);
+  CHECK(s.tokens_per_expert.sum().item<double>() == 40);  // accumulated over the step's micro-batches
+  layer.moe.step_state().reset();
+  CHECK(!s.tokens_per_expert.defined());
+}
+
+TEST_CASE("global_batch scope: frequencies accumulate over the step's micro-batches", "[model][moe]") {
+  MoeLayer layer(2, 0, std::nullopt, /*known_router=*/false, "global_batch");
+  const at::Tensor a = model_test::randn({2, 4, kHidden}, 51), b = model_test::randn({2, 4, kHidden}, 52);
+  const auto probs_of = [&](const at::Tensor& x) {
+    return at::softmax(at::matmul(x.view({-1, kHidden}), param(layer.params, kPrefix + "gate.weight").t()).to(at::kFloat), -1);
+  };
+  const auto counts_of = [&](const at::Tensor& x) {
+    return at::bincount(std::get<1>(probs_of(x).topk(2, -1)).reshape({-1}), {}, kExperts).to(at::kDouble);
+  };
+  layer.moe.step_state().reset();
+  const model::MoeOutput first = layer.moe.forward(a);
+  const model::MoeOutput second = layer.moe.forward(b);
+  // First micro-batch: its own counts; second: the mean of both micro-batches' counts.
+  CHECK(first.aux_loss.item<double>() == Approx(model::load_balancing_loss(probs_of(a), std::get<1>(probs_of(a).topk(2, -1)), kExperts).item<double>()).epsilon(1e-6));
+  const at::Tensor f = (counts_of(a) + counts_of(b)) / 2 / double(8 * 2);
+  const double expected = kExperts * (f * probs_of(b).to(at::kDouble).mean(0)).sum().item<double>();
+  CHECK(second.aux_loss.item<double>() == Approx(expected).epsilon(1e-6));
+  // A new step starts from nothing again.
+  layer.moe.step_state().reset();
+  CHECK(layer.moe.forward(b).aux_loss.item<double>() ==
+        Approx(model::load_balancing_loss(probs_of(b), std::get<1>(probs_of(b).topk(2, -1)), kExperts).item<double>()).epsilon(1e-6));
 }

@@ -7,7 +7,7 @@ using namespace trainer::test;
 TEST_CASE("mesh sizes follow from the world size (Megatron's 16-rank example)", "[recipe]") {
   // TP2 CP2 PP2 so DP2; ETP1 EP4 so EDP2.
   const auto loaded = load_base({"parallel.tp=2", "parallel.cp=2", "parallel.pp=2", "parallel.etp=1",
-                                 "parallel.ep=4", "model.moe.num_local_experts=8", "training.global_batch_size=8",
+                                 "parallel.sequence_parallel=true", "parallel.ep=4", "model.moe.num_local_experts=8", "training.global_batch_size=8",
                                  "training.micro_batch_size=1"},
                                 16);
   const auto& m = *loaded.mesh;
@@ -31,6 +31,7 @@ TEST_CASE("dense and expert meshes agree on the world size for many shapes", "[r
           const std::vector<std::string> sets = {
               "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
               "parallel.ep=" + std::to_string(ep), "model.moe.num_local_experts=8", "training.global_batch_size=64",
+              "parallel.sequence_parallel=true",
               "training.micro_batch_size=1"};
           INFO(tp << " " << pp << " " << ep << " " << world);
           // etp defaults to tp, so the expert side needs tp * ep * pp to divide the world.
