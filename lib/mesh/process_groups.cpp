@@ -41,8 +41,13 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
   // The expert groups (ep, etp) get communicators of their own: their collectives run inside
   // forward and backward at points that depend on the routing (experts without tokens change the
   // backward graph), so sharing a communicator with the gradient buckets' asynchronous reductions
-  // could issue the two in different orders on different ranks.
-  const auto lane = [](GroupKind kind) { return kind == GroupKind::Ep || kind == GroupKind::Etp ? 1 : 0; };
+  // could issue the two in different orders on different ranks. For the same reason the expert
+  // gradients' group (edp) has its own: an expert without tokens on one rank gets its gradient at
+  // another point of backward there, so its bucket launches at another point than on the other
+  // ranks, which must not be between two tensor-parallel collectives sharing its communicator.
+  const auto lane = [](GroupKind kind) {
+    return kind == GroupKind::Ep || kind == GroupKind::Etp ? 1 : kind == GroupKind::Edp ? 2 : 0;
+  };
   using Key = std::pair<int, std::vector<int64_t>>;
   std::vector<std::pair<std::string, Key>> wanted = {{"world", {0, everyone}}};
   for (GroupKind kind : all_group_kinds())

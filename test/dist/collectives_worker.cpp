@@ -152,9 +152,11 @@ int main(int argc, char** argv) {
     const auto owned = test::worker_groups(s);
     mesh::ProcessGroups& groups = *owned;
     const int64_t rank = groups.global_rank();
-    // Kinds with the same ranks share one communicator, except that the expert groups (ep, etp)
-    // never share with the others; different ranks never do.
-    const auto lane = [](mesh::GroupKind k) { return k == mesh::GroupKind::Ep || k == mesh::GroupKind::Etp; };
+    // Kinds with the same ranks share one communicator, except that the expert groups (ep and etp;
+    // edp) never share with the others; different ranks never do.
+    const auto lane = [](mesh::GroupKind k) {
+      return k == mesh::GroupKind::Ep || k == mesh::GroupKind::Etp ? 1 : k == mesh::GroupKind::Edp ? 2 : 0;
+    };
     for (auto a : mesh::all_group_kinds())
       for (auto b : mesh::all_group_kinds()) {
         const bool same_ranks = groups.get(a).global_ranks() == groups.get(b).global_ranks() && lane(a) == lane(b);

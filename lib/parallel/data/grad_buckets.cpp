@@ -116,7 +116,7 @@ GradBuckets::~GradBuckets() {
 void GradBuckets::begin_step() {
   step_start_ = std::chrono::steady_clock::now();
   stats_ = OverlapStats{int64_t(buckets_.size())};
-  next_launch_ = 0;
+  launched_.assign(buckets_.size(), false);
   std::fill(reducing_.begin(), reducing_.end(), false);
   std::fill(backwards_.begin(), backwards_.end(), 0);
   for (auto& b : buckets_) {
@@ -146,9 +146,21 @@ void GradBuckets::on_gradient_ready(size_t index) {
 }
 
 void GradBuckets::launch_ready_in_order() {
-  // In order: a bucket whose gradients came early waits for the ones before it, so that every rank
-  // launches collectives on a communicator in the same order.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].complete) launch(buckets_[next_launch_++]);
+  // In order: a bucket whose gradients came early waits for the ones before it on its
+  // communicator, so that every rank launches collectives on a communicator in the same order.
+  if (launched_.size() != buckets_.size()) launched_.assign(buckets_.size(), false);
+  std::vector<const comm::Communicator*> blocked;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (launched_[i]) continue;
+    const comm::Communicator* c = buckets_[i].comm;
+    if (std::find(blocked.begin(), blocked.end(), c) != blocked.end()) continue;
+    if (buckets_[i].complete) {
+      launched_[i] = true;
+      launch(buckets_[i]);
+    } else {
+      blocked.push_back(c);
+    }
+  }
 }
 
 void GradBuckets::launch(Bucket& bucket) {
@@ -165,7 +177,12 @@ void GradBuckets::launch(Bucket& bucket) {
 }
 
 void GradBuckets::finish() {
-  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  if (launched_.size() != buckets_.size()) launched_.assign(buckets_.size(), false);
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (!launched_[i]) {
+      launched_[i] = true;
+      launch(buckets_[i]);
+    }
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
 }

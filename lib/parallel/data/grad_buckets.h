@@ -11,7 +11,7 @@
 // gradients) up to a size. A bucket's reduction is launched (asynchronously) the moment its last
 // gradient of the step has arrived (after the chunk's last micro-batch began its backward, every
 // use of every parameter has contributed; deferred weight gradients count when they run), in
-// bucket order (every rank of a communicator must launch in the same order), while backward
+// bucket order per communicator (every rank of a communicator must launch in the same order), while backward
 // continues. Earlier micro-batches communicate nothing.
 //
 // Reduction: a sum (the loss is normalised by the global token count). Sharded (ZeRO-1): each
@@ -114,7 +114,9 @@ class GradBuckets {
   std::vector<bool> reducing_;      // per chunk: the current micro-batch is its last one
   std::vector<bool> in_backward_;   // per chunk
   std::vector<int64_t> backwards_;  // per chunk: backward passes begun this step
-  size_t next_launch_ = 0;          // buckets launch in index order
+  // Buckets launch in index order per communicator: a bucket waits for the earlier buckets of its
+  // communicator only (the expert buckets' completion depends on routing; the others' must not).
+  std::vector<bool> launched_;
   // For the norm: per parameter, whether this rank counts it (its whole slice, or its part of the
   // shard when sharded); false everywhere but the first replica.
   std::vector<bool> counted_;
