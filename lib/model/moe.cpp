@@ -30,6 +30,12 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
       capacity_factor_(config.moe->capacity_factor),
       global_scope_(config.moe->aux_loss_scope == "global_batch") {
   const auto& moe = *config.moe;
+  router_options_.top_k = top_k_;
+  router_options_.sigmoid = moe.scoring_func == "sigmoid";
+  router_options_.n_group = moe.n_group;
+  router_options_.topk_group = moe.topk_group;
+  router_options_.normalize = moe.norm_topk_prob;
+  router_options_.scaling = moe.routed_scaling_factor;
   if (tp.size > 1 && !tp.sp())
     throw std::logic_error("an MoE layer under tensor parallelism needs sequence parallelism (each tp rank routes "
                            "its own part of the sequence)");
@@ -101,7 +107,7 @@ MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const 
   const int64_t n = tokens.size(0);
 
   const at::Tensor logits = router_.forward(tokens);
-  const Routing routing = route_top_k(logits, top_k_);
+  const Routing routing = route(logits, router_options_);
 
   MoeOutput result;
   const auto [f, counted_tokens] = expert_frequencies(routing, n);

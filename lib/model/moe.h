@@ -72,6 +72,7 @@ class Moe {
   int64_t first_expert_ = 0;
   std::optional<SwigluMlp> shared_;
   int64_t num_experts_ = 0, top_k_ = 0;
+  RouterOptions router_options_;
   std::optional<double> capacity_factor_;
   bool global_scope_ = false;
   std::shared_ptr<MoeStepState> state_ = std::make_shared<MoeStepState>();

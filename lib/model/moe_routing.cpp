@@ -7,19 +7,39 @@
 
 namespace trainer::model {
 
-Routing route_top_k(const at::Tensor& logits, int64_t k) {
+Routing route(const at::Tensor& logits, const RouterOptions& o, const at::Tensor& bias) {
   Routing r;
-  const int64_t experts = logits.size(-1);
-  r.probs = at::softmax(logits.to(at::kFloat), -1);
+  const int64_t n = logits.size(0), experts = logits.size(-1), k = o.top_k;
+  const at::Tensor fp32 = logits.to(at::kFloat);
+  at::Tensor scores;
+  if (o.sigmoid) {
+    scores = at::sigmoid(fp32);
+    r.probs = scores / (scores.sum(-1, /*keepdim=*/true) + 1e-20);
+  } else {
+    scores = at::softmax(fp32, -1);
+    r.probs = scores;
+  }
+  // The choice: scores (plus the balancing bias) among the token's best groups.
+  at::Tensor selection = scores.detach();
+  if (bias.defined()) selection = selection + bias.to(selection.device()).unsqueeze(0);
+  if (o.n_group > 1 && o.topk_group < o.n_group) {
+    const at::Tensor grouped = selection.view({n, o.n_group, experts / o.n_group});
+    const at::Tensor group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1);  // [N, groups]
+    const at::Tensor best_groups = std::get<1>(group_scores.topk(o.topk_group, -1));
+    const at::Tensor allowed = at::zeros_like(group_scores, at::kBool).scatter_(1, best_groups, true);
+    selection = selection.masked_fill(~allowed.unsqueeze(-1).expand_as(grouped).reshape({n, experts}),
+                                      -std::numeric_limits<float>::infinity());
+  }
   // One more than k, for the margin to the first expert left out.
-  auto [top, chosen] = r.probs.topk(std::min(k + 1, experts), -1);
-  const at::Tensor top_k = top.narrow(1, 0, k);
+  auto [top, chosen] = selection.topk(std::min(k + 1, experts), -1);
   r.chosen = chosen.narrow(1, 0, k).contiguous();
-  r.scores = top_k.detach();
-  r.weights = top_k / top_k.sum(-1, /*keepdim=*/true);
+  r.scores = top.narrow(1, 0, k).contiguous();
+  at::Tensor weights = scores.gather(1, r.chosen);
+  if (o.normalize) weights = weights / (weights.sum(-1, /*keepdim=*/true) + (o.sigmoid ? 1e-20 : 0.0));
+  r.weights = o.scaling == 1.0 ? weights : weights * o.scaling;
   const auto scalar = at::TensorOptions().dtype(at::kFloat).device(logits.device());
-  if (k < experts && logits.size(0) > 0)
-    r.margin = (top.select(1, k - 1) - top.select(1, k)).min().detach();
+  if (k < experts && n > 0)
+    r.margin = (top.select(1, k - 1) - top.select(1, k)).min();  // +inf when only masked experts follow
   else
     r.margin = at::full({}, std::numeric_limits<float>::infinity(), scalar);
   return r;

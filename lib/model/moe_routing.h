@@ -9,19 +9,37 @@
 
 namespace trainer::model {
 
+struct RouterOptions {
+  int64_t top_k = 2;
+  bool sigmoid = false;          // DeepSeek-V3's per-expert sigmoid scores instead of a softmax
+  int64_t n_group = 1;           // group-limited routing: experts in n_group equal groups,
+  int64_t topk_group = 1;        // of which each token may use the topk_group best
+  bool normalize = true;         // renormalise the chosen scores over k
+  double scaling = 1.0;          // routed_scaling_factor
+};
+
 struct Routing {
-  at::Tensor probs;    // [N, E] fp32 router probabilities (softmax of the logits)
+  // [N, E] fp32 router probabilities of the load-balancing loss: the softmax, or the sigmoid
+  // scores normalised per token (Megatron's choice for sigmoid routers).
+  at::Tensor probs;
   at::Tensor chosen;   // [N, k] int64 experts, best first
-  at::Tensor scores;   // [N, k] fp32 probabilities of the chosen experts (no gradient)
-  at::Tensor weights;  // [N, k] fp32 combine weights: the chosen probabilities renormalised over k
-  // fp32 scalar: the smallest gap between a token's k-th and (k+1)-th probability, +inf when
-  // k equals the number of experts or there are no tokens. A gap near rounding error means the
-  // choice could flip with summation order (reported so that a flip is recognised, not hidden).
+  at::Tensor scores;   // [N, k] fp32 selection scores of the chosen experts (no gradient)
+  at::Tensor weights;  // [N, k] fp32 combine weights: the chosen scores (renormalised over k) x scaling
+  // fp32 scalar: the smallest gap between a token's k-th and (k+1)-th selection score, +inf when
+  // no expert is left out or there are no tokens. A gap near rounding error means the choice
+  // could flip with summation order (reported so that a flip is recognised, not hidden).
   at::Tensor margin;
 };
 
-// Softmax top-k routing of router logits [N, E] (any float type; computed in fp32).
-Routing route_top_k(const at::Tensor& logits, int64_t k);
+// Top-k routing of router logits [N, E] (any float type; computed in fp32). `bias` (fp32 [E], may
+// be undefined) is added to the scores for the choice only (auxiliary-loss-free balancing).
+Routing route(const at::Tensor& logits, const RouterOptions& options, const at::Tensor& bias = {});
+// Softmax top-k routing (Mixtral).
+inline Routing route_top_k(const at::Tensor& logits, int64_t k) {
+  RouterOptions options;
+  options.top_k = k;
+  return route(logits, options);
+}
 
 // The capacity rule: each expert takes at most `capacity` of the token copies routed to it, the
 // ones with the highest routing probability, ties to the smaller token key (position in sequence,

@@ -24,6 +24,14 @@ struct MoeConfig {
   int64_t num_shared_experts = 0;
   double router_aux_loss_coef = 0.01;
   double router_z_loss_coef = 0.0;        // ST-MoE router z-loss weight; 0: off
+  // Routing: "softmax" (Mixtral) or "sigmoid" (DeepSeek-V3) scores; group-limited routing picks
+  // topk_group of n_group expert groups per token first; the combine weights are the chosen scores,
+  // renormalised over k when norm_topk_prob, times routed_scaling_factor.
+  std::string scoring_func = "softmax";
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
   std::string aux_loss_scope = "micro_batch";
   std::optional<double> capacity_factor;  // none: dropless
   std::vector<int64_t> layers;            // indices of MoE layers (all when the recipe says null)

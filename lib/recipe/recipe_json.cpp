@@ -97,6 +97,11 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
     e.num_shared_experts = get_int(d, "model.moe.num_shared_experts");
     e.router_aux_loss_coef = get<double>(d, "model.moe.router_aux_loss_coef");
     e.router_z_loss_coef = get<double>(d, "model.moe.router_z_loss_coef");
+    e.scoring_func = get<std::string>(d, "model.moe.scoring_func");
+    e.n_group = get_int(d, "model.moe.n_group");
+    e.topk_group = get_optional_int(d, "model.moe.topk_group").value_or(e.n_group);
+    e.norm_topk_prob = get<bool>(d, "model.moe.norm_topk_prob");
+    e.routed_scaling_factor = get<double>(d, "model.moe.routed_scaling_factor");
     e.aux_loss_scope = get<std::string>(d, "model.moe.aux_loss_scope");
     e.capacity_factor = get_optional<double>(d, "model.moe.capacity_factor");
     if (at(d, "model.moe.layers").is_null()) {
@@ -213,6 +218,11 @@ json recipe_to_json(const Recipe& r) {
                     {"num_shared_experts", e.num_shared_experts},
                     {"router_aux_loss_coef", e.router_aux_loss_coef},
                     {"router_z_loss_coef", e.router_z_loss_coef},
+                    {"scoring_func", e.scoring_func},
+                    {"n_group", e.n_group},
+                    {"topk_group", e.topk_group},
+                    {"norm_topk_prob", e.norm_topk_prob},
+                    {"routed_scaling_factor", e.routed_scaling_factor},
                     {"aux_loss_scope", e.aux_loss_scope},
                     {"capacity_factor", optional_json(e.capacity_factor)},
                     {"layers", all_layers ? json(nullptr) : json(e.layers)}};

@@ -112,6 +112,17 @@ std::vector<KeySpec> build_schema() {
                            "Weight of the load-balancing loss N_E * sum_i f_i * p_i."), 0));
   s.push_back(at_least(key("model.moe.router_z_loss_coef", K::Number, 0,
                            "Weight of the router z-loss mean(logsumexp(router logits)^2) (ST-MoE); 0: off."), 0));
+  s.push_back(one_of(key("model.moe.scoring_func", K::String, "softmax",
+                         "Router scores: softmax over the experts (Mixtral) or a sigmoid per expert (DeepSeek-V3)."),
+                     {"softmax", "sigmoid"}));
+  s.push_back(at_least(key("model.moe.n_group", K::Integer, 1,
+                           "Expert groups for group-limited routing (DeepSeek-V3); 1: none."), 1));
+  s.push_back(at_least(key("model.moe.topk_group", K::Integer, nullptr,
+                           "Groups each token may use (ranked by the sum of their two best scores); null: n_group."), 1));
+  s.push_back(key("model.moe.norm_topk_prob", K::Boolean, true,
+                  "Renormalise the chosen experts' scores to sum to 1 before weighting their outputs."));
+  s.push_back(positive(key("model.moe.routed_scaling_factor", K::Number, 1.0,
+                           "Factor on the routed experts' combine weights (DeepSeek-V3: 2.5).")));
   s.push_back(one_of(key("model.moe.aux_loss_scope", K::String, "micro_batch",
                          "Where expert frequencies f_i are counted: per micro-batch (over the tp x cp ranks "
                          "that share it), or over the micro-batches in flight at once across tp x dp x cp, "

@@ -94,6 +94,20 @@ class Checker {
       add("model.moe.num_local_experts={} is not divisible by parallel.ep={} (each ep rank holds whole "
           "experts); use ep in {}",
           e.num_local_experts, p.ep, divisors_text(e.num_local_experts, 256));
+    if (e.num_local_experts % e.n_group != 0)
+      add("model.moe.n_group={} does not divide model.moe.num_local_experts={}; use n_group in {}", e.n_group,
+          e.num_local_experts, divisors_text(e.num_local_experts, 256));
+    else if (e.n_group > 1 && e.num_local_experts / e.n_group < 2)
+      add("model.moe.n_group={} leaves one expert per group, but groups are ranked by their two best experts; use "
+          "n_group <= {}", e.n_group, e.num_local_experts / 2);
+    else if (e.topk_group > e.n_group)
+      add("model.moe.topk_group={} exceeds model.moe.n_group={}; use topk_group <= {}", e.topk_group, e.n_group,
+          e.n_group);
+    else if (e.n_group > 1 && e.num_experts_per_tok > e.topk_group * (e.num_local_experts / e.n_group))
+      add("model.moe.num_experts_per_tok={} exceeds the {} experts of model.moe.topk_group={} groups of {}; raise "
+          "topk_group or lower num_experts_per_tok",
+          e.num_experts_per_tok, e.topk_group * (e.num_local_experts / e.n_group), e.topk_group,
+          e.num_local_experts / e.n_group);
     if (e.num_experts_per_tok > e.num_local_experts)
       add("model.moe.num_experts_per_tok={} exceeds model.moe.num_local_experts={}; use num_experts_per_tok <= {}",
           e.num_experts_per_tok, e.num_local_experts, e.num_local_experts);

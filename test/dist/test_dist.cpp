@@ -423,6 +423,10 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       {"tp2 sp dp2 ep4 zero1", 4, kTpSp + " --set parallel.ep=4 --set parallel.zero=1", ""},
       // Context parallelism: the zigzag halves of each sequence route on two ranks.
       {"cp2 ring ep2 capacity 1.0", 2, " --set parallel.cp=2 --set parallel.ep=2", " --set model.moe.capacity_factor=1.0"},
+      // DeepSeek-V3 routing: sigmoid scores, 8 experts in 4 groups of which 2 per token, scaled weights.
+      {"tp2 sp ep2 sigmoid group-limited", 2, kTpSp + " --set parallel.ep=2",
+       " --set model.moe.num_local_experts=8 --set model.moe.scoring_func=sigmoid --set model.moe.n_group=4"
+       " --set model.moe.topk_group=2 --set model.moe.routed_scaling_factor=2.5"},
       {"tp2 sp full recompute z-loss", 2, kTpSp + " --set training.recompute=full",
        " --set model.moe.router_z_loss_coef=0.001"},
   };

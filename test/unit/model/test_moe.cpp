@@ -388,3 +388,44 @@ TEST_CASE("global_batch scope: frequencies accumulate over the step's micro-batc
   CHECK(layer.moe.forward(b).aux_loss.item<double>() ==
         Approx(model::load_balancing_loss(probs_of(b), std::get<1>(probs_of(b).topk(2, -1)), kExperts).item<double>()).epsilon(1e-6));
 }
+
+TEST_CASE("sigmoid group-limited routing (DeepSeek-V3) picks the best experts of the best groups", "[model][moe]") {
+  // 8 experts in 4 groups of 2; each token may use 2 groups; top-2; weights renormalised x 2.5.
+  model::RouterOptions options;
+  options.top_k = 2;
+  options.sigmoid = true;
+  options.n_group = 4;
+  options.topk_group = 2;
+  options.scaling = 2.5;
+  const at::Tensor logits = model_test::randn({16, 8}, 61).to(at::kFloat) * 3;
+  const at::Tensor bias = model_test::randn({8}, 62).to(at::kFloat) * 0.5;
+  for (const bool with_bias : {false, true}) {
+    CAPTURE(with_bias);
+    const model::Routing r = model::route(logits, options, with_bias ? bias : at::Tensor());
+    for (int64_t t = 0; t < 16; ++t) {
+      // By hand: sigmoid scores, selection = score + bias, groups ranked by their two experts' sum.
+      std::vector<double> score(8), select(8);
+      for (int64_t e = 0; e < 8; ++e) {
+        score[e] = 1.0 / (1.0 + std::exp(-logits[t][e].item<double>()));
+        select[e] = score[e] + (with_bias ? bias[e].item<double>() : 0.0);
+      }
+      std::vector<std::pair<double, int64_t>> groups;
+      for (int64_t g = 0; g < 4; ++g) groups.push_back({select[2 * g] + select[2 * g + 1], g});
+      std::sort(groups.rbegin(), groups.rend());
+      std::vector<std::pair<double, int64_t>> candidates;
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t e : {2 * groups[i].second, 2 * groups[i].second + 1}) candidates.push_back({select[e], e});
+      std::sort(candidates.rbegin(), candidates.rend());
+      const int64_t a = candidates[0].second, b = candidates[1].second;
+      CHECK(r.chosen[t][0].item<int64_t>() == a);
+      CHECK(r.chosen[t][1].item<int64_t>() == b);
+      // Weights: the scores without bias, renormalised, scaled.
+      CHECK(r.weights[t][0].item<double>() == Approx(2.5 * score[a] / (score[a] + score[b])).epsilon(1e-5));
+      CHECK(r.weights[t][1].item<double>() == Approx(2.5 * score[b] / (score[a] + score[b])).epsilon(1e-5));
+      // The load-balancing probabilities: scores normalised per token.
+      double total = 0;
+      for (double s : score) total += s;
+      CHECK(r.probs[t][a].item<double>() == Approx(score[a] / total).epsilon(1e-5));
+    }
+  }
+}

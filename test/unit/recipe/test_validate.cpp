@@ -123,6 +123,23 @@ TEST_CASE("rule: top-k vs the number of experts", "[recipe][rules]") {
                  {"model.moe.num_experts_per_tok=9 exceeds model.moe.num_local_experts=8", "use num_experts_per_tok <= 8"});
 }
 
+TEST_CASE("rule: group-limited routing", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"model.moe.n_group=3"}), std::nullopt,
+                 {"model.moe.n_group=3 does not divide model.moe.num_local_experts=8", "use n_group in {1, 2, 4, 8}"});
+  expect_problem(with(kMoe, {"model.moe.n_group=8"}), std::nullopt,
+                 {"model.moe.n_group=8 leaves one expert per group", "use n_group <= 4"});
+  expect_problem(with(kMoe, {"model.moe.n_group=4", "model.moe.topk_group=5"}), std::nullopt,
+                 {"model.moe.topk_group=5 exceeds model.moe.n_group=4"});
+  expect_problem(with(kMoe, {"model.moe.n_group=4", "model.moe.topk_group=1", "model.moe.num_experts_per_tok=3"}),
+                 std::nullopt, {"model.moe.num_experts_per_tok=3 exceeds the 2 experts of model.moe.topk_group=1 groups of 2"});
+  CHECK(problems_of(with(kMoe, {"model.moe.n_group=4", "model.moe.topk_group=2", "model.moe.scoring_func=\"sigmoid\""})).empty());
+}
+
+TEST_CASE("rule: MoE under tensor parallelism needs sequence parallelism", "[recipe][rules]") {
+  expect_problem(with(kMoe, {"parallel.tp=2", "parallel.sequence_parallel=false"}), std::nullopt,
+                 {"parallel.tp=2 with model.moe needs parallel.sequence_parallel=true"});
+}
+
 TEST_CASE("rule: expert MLP width vs etp", "[recipe][rules]") {
   expect_problem(with(kMoe, {"model.moe.moe_intermediate_size=100", "parallel.etp=8"}), std::nullopt,
                  {"model.moe.moe_intermediate_size=100 is not divisible by parallel.etp=8", "use etp in {1, 2, 4, 5, 10}"});
