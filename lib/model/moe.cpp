@@ -107,7 +107,7 @@ MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const 
   const int64_t n = tokens.size(0);
 
   const at::Tensor logits = router_.forward(tokens);
-  const Routing routing = route(logits, router_options_);
+  const Routing routing = route(logits, router_options_, routing_bias_);
 
   MoeOutput result;
   const auto [f, counted_tokens] = expert_frequencies(routing, n);

@@ -58,6 +58,8 @@ class Moe {
   // token's index.
   MoeOutput forward(const at::Tensor& x, const at::Tensor& token_keys = {}) const;
   MoeStepState& step_state() const { return *state_; }
+  // The routing bias of auxiliary-loss-free balancing (a view into model::RoutingBias's table).
+  void set_routing_bias(at::Tensor bias) { routing_bias_ = std::move(bias); }
   int64_t num_experts() const { return num_experts_; }
 
  private:
@@ -73,6 +75,7 @@ class Moe {
   std::optional<SwigluMlp> shared_;
   int64_t num_experts_ = 0, top_k_ = 0;
   RouterOptions router_options_;
+  at::Tensor routing_bias_;  // fp32 [E] or undefined
   std::optional<double> capacity_factor_;
   bool global_scope_ = false;
   std::shared_ptr<MoeStepState> state_ = std::make_shared<MoeStepState>();

@@ -89,6 +89,11 @@ Transformer::Transformer(const ModelOptions& options)
   for (const auto& chunk : chunks_) head_here = head_here || chunk.head;
   if (c.tie_word_embeddings && chunks_.front().embedding && !head_here) embed_.parameter().tied_across_stages = true;
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
+  if (c.moe && c.moe->bias_update_rate > 0) {
+    routing_bias_ = std::make_unique<RoutingBias>(c.moe->layers, c.moe->num_local_experts, options.device);
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (Moe* moe = layers_[i].moe()) moe->set_routing_bias(routing_bias_->row(layer_index_[i]));
+  }
 }
 
 bool Transformer::whole_model() const {

@@ -12,6 +12,7 @@
 #include "model/attention.h"
 #include "model/layers.h"
 #include "model/moe.h"
+#include "model/routing_bias.h"
 #include "model/parameter.h"
 #include "model/rotary.h"
 #include "recipe/recipe.h"
@@ -67,6 +68,7 @@ class DecoderLayer {
                                             const at::Tensor& token_keys, bool recompute_attention_core) const;
   bool is_moe() const { return moe_.has_value(); }
   const Moe* moe() const { return moe_ ? &*moe_ : nullptr; }
+  Moe* moe() { return moe_ ? &*moe_ : nullptr; }
 
  private:
   RmsNorm input_norm_, post_attention_norm_;
@@ -104,6 +106,8 @@ class Transformer {
   std::vector<std::pair<int64_t, const Moe*>> moe_layers() const;
   // Clears the MoE layers' per-step state (MoeStepState): call before each step's first forward.
   void begin_step() const;
+  // The per-expert routing biases (model.moe.bias_update_rate > 0), or null.
+  RoutingBias* routing_bias() const { return routing_bias_.get(); }
 
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
@@ -129,6 +133,7 @@ class Transformer {
   RmsNorm final_norm_;               // on the model's last chunk
   Linear lm_head_;                   // there too; over the embedding's parameter when tied
   Rotary rotary_;
+  std::unique_ptr<RoutingBias> routing_bias_;
 };
 
 }  // namespace trainer::model

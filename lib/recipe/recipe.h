@@ -32,6 +32,7 @@ struct MoeConfig {
   int64_t topk_group = 1;
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
+  double bias_update_rate = 0.0;  // auxiliary-loss-free balancing (DeepSeek-V3); 0: off
   std::string aux_loss_scope = "micro_batch";
   std::optional<double> capacity_factor;  // none: dropless
   std::vector<int64_t> layers;            // indices of MoE layers (all when the recipe says null)

@@ -102,6 +102,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
     e.topk_group = get_optional_int(d, "model.moe.topk_group").value_or(e.n_group);
     e.norm_topk_prob = get<bool>(d, "model.moe.norm_topk_prob");
     e.routed_scaling_factor = get<double>(d, "model.moe.routed_scaling_factor");
+    e.bias_update_rate = get<double>(d, "model.moe.bias_update_rate");
     e.aux_loss_scope = get<std::string>(d, "model.moe.aux_loss_scope");
     e.capacity_factor = get_optional<double>(d, "model.moe.capacity_factor");
     if (at(d, "model.moe.layers").is_null()) {
@@ -223,6 +224,7 @@ json recipe_to_json(const Recipe& r) {
                     {"topk_group", e.topk_group},
                     {"norm_topk_prob", e.norm_topk_prob},
                     {"routed_scaling_factor", e.routed_scaling_factor},
+                    {"bias_update_rate", e.bias_update_rate},
                     {"aux_loss_scope", e.aux_loss_scope},
                     {"capacity_factor", optional_json(e.capacity_factor)},
                     {"layers", all_layers ? json(nullptr) : json(e.layers)}};

@@ -123,6 +123,9 @@ std::vector<KeySpec> build_schema() {
                   "Renormalise the chosen experts' scores to sum to 1 before weighting their outputs."));
   s.push_back(positive(key("model.moe.routed_scaling_factor", K::Number, 1.0,
                            "Factor on the routed experts' combine weights (DeepSeek-V3: 2.5).")));
+  s.push_back(at_least(key("model.moe.bias_update_rate", K::Number, 0,
+                           "Auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's routing "
+                           "bias moves by this rate towards balance; 0: off."), 0));
   s.push_back(one_of(key("model.moe.aux_loss_scope", K::String, "micro_batch",
                          "Where expert frequencies f_i are counted: per micro-batch (over the tp x cp ranks "
                          "that share it), or over the micro-batches in flight at once across tp x dp x cp, "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/checkpoint.h"
+#include "core/error.h"
 #include "recipe/recipe_diff.h"
 
 namespace trainer::train {
@@ -61,6 +62,19 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
   start.progress = restore_model(checkpoint, model);
   optimizer.load_state(optimizer_state_reader(checkpoint),
                        checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
+  if (model::RoutingBias* bias = model.routing_bias()) {
+    // A checkpoint of a run without bias balancing starts the biases at zero.
+    const nlohmann::json& extra = checkpoint.manifest().at("extra");
+    if (extra.contains("moe_routing_bias")) {
+      try {
+        bias->load(extra.at("moe_routing_bias"));
+      } catch (const std::exception& e) {
+        throw UserError(fmt::format("{}: {}", checkpoint.path(), e.what()));
+      }
+    } else {
+      say("the checkpoint holds no MoE routing biases (model.moe.bias_update_rate was 0): they start at zero");
+    }
+  }
   say(fmt::format("resumed from {} at step {} ({} samples consumed)", checkpoint.path(), start.progress.step,
                   start.progress.consumed_samples));
   if (r.model.init_from)

@@ -116,6 +116,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   auto state = [&] {
     auto content = capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
                                           progress, groups);
+    if (const model::RoutingBias* bias = model.routing_bias()) content.extra["moe_routing_bias"] = bias->to_json();
     if (last_evaluation)
       content.extra["evaluation"] = {{"loss", last_evaluation->loss}, {"perplexity", last_evaluation->perplexity}};
     return content;
@@ -133,6 +134,8 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     optimizer.clip(r.training.grad_clip, figures.grad_norm);
     saver.fence();
     optimizer.step(lr);
+    // Auxiliary-loss-free balancing: every rank moves the same biases by the step's loads.
+    if (model::RoutingBias* bias = model.routing_bias()) bias->update(figures.moe_load, r.model.moe->bias_update_rate);
     progress.step += 1;
     progress.consumed_samples += mesh.global_batch_size;
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "model/moe.h"
+#include "model/routing_bias.h"
 #include "model_test_util.h"
 
 using namespace trainer;
@@ -428,4 +429,26 @@ TEST_CASE("sigmoid group-limited routing (DeepSeek-V3) picks the best experts of
       CHECK(r.probs[t][a].item<double>() == Approx(score[a] / total).epsilon(1e-5));
     }
   }
+}
+
+TEST_CASE("routing biases move by rate * sign(mean load - load) and round-trip through JSON", "[model][moe]") {
+  model::RoutingBias bias({1, 3}, 4, c10::Device(c10::DeviceType::CPU));
+  const at::Tensor loads = at::tensor({10.0, 20.0, 30.0, 20.0, 5.0, 5.0, 5.0, 5.0}, at::kDouble).view({2, 4});
+  bias.update(loads, 0.01);
+  // Layer 1: mean 20, so +0.01, 0, -0.01, 0; layer 3 is balanced: unchanged.
+  CHECK(bias.row(1)[0].item<float>() == Approx(0.01));
+  CHECK(bias.row(1)[1].item<float>() == 0);
+  CHECK(bias.row(1)[2].item<float>() == Approx(-0.01));
+  CHECK(at::equal(bias.row(3), at::zeros({4})));
+  model::RoutingBias copy({1, 3}, 4, c10::Device(c10::DeviceType::CPU));
+  copy.load(bias.to_json());
+  CHECK(at::equal(copy.table(), bias.table()));
+  model::RoutingBias other({1, 3}, 5, c10::Device(c10::DeviceType::CPU));
+  CHECK_THROWS_WITH(other.load(bias.to_json()), Catch::Contains("has 4 experts, the model 5"));
+  // A Moe layer routes with its row: a large bias forces an expert into every token's top-k.
+  MoeLayer layer(1, 0, std::nullopt);
+  model::RoutingBias push({0}, kExperts, c10::Device(c10::DeviceType::CPU));
+  layer.moe.set_routing_bias(push.row(0));
+  push.update(at::tensor({0.0, 1.0, 1.0, 1.0}, at::kDouble).view({1, 4}), 2.0);  // expert 0 +2, others -2
+  CHECK(to_vector(layer.moe.forward(routed_tokens()).tokens_per_expert) == std::vector<int64_t>{6, 0, 0, 0});
 }
