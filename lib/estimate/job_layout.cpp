@@ -126,7 +126,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
     // as many back to its experts. A capacity factor caps each expert at
     // ceil(cf * N * k / E) rows from each source rank. The worst dropless case sends all of the
     // ep group's tokens to one rank's experts (each token at most min(k, local experts) times).
-    const int64_t N = sh.tokens(), rows = N * sh.top_k;
+    // Under sequence parallelism each tp rank routes its part of the sequence.
+    const int64_t N = sh.norm_tokens(), rows = N * sh.top_k;
     int64_t balanced = rows;
     int64_t worst = p.ep * N * std::min(sh.top_k, sh.local_experts);
     if (moe.capacity_factor) {

@@ -37,11 +37,13 @@ class MoeReplay : public ReplayOps {
   }
   // Rows this rank's tokens keep after the capacity cap (all of them when dropless); what comes
   // back from the experts and is weighted and summed.
-  int64_t kept_rows() const { return std::min(T() * s_.top_k, s_.ep > 1 ? T() * s_.top_k : s_.expert_rows); }
+  // Under sequence parallelism each tp rank routes its own part of the sequence (Tn tokens), the
+  // shared experts gather the whole sequence like a dense MLP.
+  int64_t kept_rows() const { return std::min(Tn() * s_.top_k, s_.ep > 1 ? Tn() * s_.top_k : s_.expert_rows); }
   Id moe_block_forward(Id n2, MoeSaved& m) {
-    const int64_t N = T(), E = s_.experts, k = s_.top_k, R = N * k;  // this rank's routed rows
+    const int64_t N = Tn(), E = s_.experts, k = s_.top_k, R = N * k;  // this rank's routed rows
     const int64_t K = kept_rows();
-    const Id tokens = gather_input(n2);
+    const Id tokens = n2;
     m.tokens = tokens;
     // Router (replicated linear, saves tokens), softmax in fp32 (saves its result).
     hold(tokens);
@@ -111,20 +113,24 @@ class MoeReplay : public ReplayOps {
     drop(chosen);
     if (s_.shared_ffn > 0) {
       m.has_shared = true;
-      const Id sh = mlp_forward(tokens, tokens, N, s_.shared_ffn, m.shared);
+      const Id in = gather_input(tokens);
+      const Id sh = reduce_output(mlp_forward(in, tokens, T(), s_.shared_ffn, m.shared));
+      if (in != tokens) drop(in);
       const Id sum = ew(N * H() * e_, 2);
       drop(combined);
       drop(sh);
       combined = sum;
     }
-    if (sp()) drop(tokens);  // the gathered tokens' local reference (the router keeps them)
-    return reduce_output(combined);
+    return combined;
   }
   Id moe_block_backward(Id g, MoeSaved& m) {
-    const int64_t N = T(), E = s_.experts, k = s_.top_k, R = N * k, K = kept_rows();
-    const Id gt_full = gather_grad_copy(g);
+    const int64_t N = Tn(), E = s_.experts, k = s_.top_k, R = N * k, K = kept_rows();
     Id tok_grad = Timeline::kNone;
-    if (m.has_shared) tok_grad = mlp_backward(gt_full, m.shared, /*reduce=*/false);
+    if (m.has_shared) {
+      const Id gm = gather_grad_copy(g);
+      tok_grad = mlp_backward(gm, m.shared, /*reduce=*/true);
+      if (gm != g) drop(gm);
+    }
     // index_add: the rows' gradient is the output gradient gathered by token.
     const Id gy = ew(K * H() * e_);
     drop(m.cat_idx);
@@ -137,7 +143,6 @@ class MoeReplay : public ReplayOps {
     drop(gy);
     drop(m.cat_w);
     drop(m.cat_out);
-    if (gt_full != g) drop(gt_full);
     Id grecv = Timeline::kNone;
     if (s_.ep > 1) {
       comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
@@ -190,7 +195,7 @@ class MoeReplay : public ReplayOps {
       tok_grad = gr;
     else
       accumulate(tok_grad, gr);
-    return reduce_grad(tok_grad);
+    return tok_grad;
   }
   struct MoeLayer {
     AttentionBlock attn;
@@ -216,10 +221,10 @@ class MoeReplay : public ReplayOps {
   }
 
   Id moe_nograd(Id x) {
-    const int64_t N = T(), E = s_.experts, k = s_.top_k, R = N * k;
+    const int64_t N = Tn(), E = s_.experts, k = s_.top_k, R = N * k;
     const Id h = attention_nograd(x);
     const Id n2 = norm_nograd(h, Tn());
-    const Id tokens = gather_input(n2);
+    const Id tokens = n2;
     const Id logits = gemm(N, E, H());
     const Id probs = ew(N * E * kF32);
     drop(logits);
@@ -246,17 +251,17 @@ class MoeReplay : public ReplayOps {
     for (Id o : outputs) drop(o);
     for (Id t : {probs, chosen, weights, order, token_of, weight_of}) drop(t);
     if (s_.shared_ffn > 0) {
-      const Id sh = mlp_nograd(tokens, N, s_.shared_ffn);
+      const Id in = gather_input(tokens);
+      const Id sh = reduce_output(mlp_nograd(in, T(), s_.shared_ffn));
+      if (in != tokens) drop(in);
       const Id sum = ew(N * H() * e_, 2);
       drop(sh);
       drop(combined);
       combined = sum;
     }
-    if (tokens != n2) drop(tokens);
     drop(n2);
-    const Id y2 = reduce_output(combined);
     const Id out = ew(Tn() * H() * e_, 2);
-    drop(y2);
+    drop(combined);
     drop(h);
     return out;
   }

@@ -102,9 +102,11 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
                 "peak_bytes_worst_routing sends every token of the expert-parallel group to one rank's experts");
   if (c.recipe) {
     const auto& p = c.recipe->parallel;
-    if (p.ep > 1 || p.zero >= 2)
-      a.push_back("ep and ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 (the runtime does not implement "
+    if (p.zero >= 2)
+      a.push_back("ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 (the runtime does not implement "
                   "them yet)");
+    if (c.recipe->model.moe && p.etp > 1)
+      a.push_back("etp > 1 splits each expert's width by etp (the runtime keeps experts whole: etp 1)");
   }
   if (c.gpu) {
     a.push_back(c.fused_kernels ? "time: memory-bound operations fused (a third of eager traffic and launches)"
