@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "jsonl.h"
 #include "process.h"
@@ -274,6 +275,20 @@ TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp 
     INFO("tp " << tp << " tied " << c.tied << " sp " << c.sp << " divisor " << c.vocab_divisor << "\n" << r.out << r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("gradients match") != std::string::npos);
+  }
+}
+
+TEST_CASE("dist: expert-parallel dispatch and combine equal the whole MoE layer in fp64 at ep 2 and 3", "[dist][ep]") {
+  const std::string worker = std::string(TRAINER_BINARY_DIR) + "/moe_dispatch_worker";
+  // Experts, top-k, ranks: uneven token counts per rank, the last expert never chosen.
+  for (const auto& [experts, top_k, ep] : std::vector<std::tuple<int, int, int>>{{4, 2, 2}, {6, 1, 3}, {6, 3, 2}}) {
+    const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(ep - 1) + "); do RANK=$r WORLD_SIZE=" +
+                        std::to_string(ep) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                        " " + worker + " " + std::to_string(experts) + " " + std::to_string(top_k) +
+                        " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
+    INFO("experts " << experts << " top-k " << top_k << " ep " << ep << "\n" << r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("dispatch matches") != std::string::npos);
   }
 }
 

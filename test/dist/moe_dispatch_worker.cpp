@@ -1,0 +1,111 @@
+// One rank of the expert-parallel dispatch test: `moe_dispatch_worker EXPERTS TOP_K` with RANK,
+// WORLD_SIZE (the ep size), MASTER_ADDR and MASTER_PORT in the environment. Every rank builds the
+// expert-parallel MoE layer (its E / ep experts) and the whole single-rank layer (initialisation
+// is global), in fp64, routes its own tokens (a different number on each rank, so the splits are
+// uneven) through both, and checks the output, the input gradient and the router gradient against
+// the whole layer on the same tokens, and each local expert's weight gradients against the whole
+// layers' gradients summed over the ranks (an expert sees every rank's tokens routed to it). The
+// router never picks the last expert, so one rank's expert receives no tokens at all. Exit 0 and
+// "dispatch matches" when everything matches.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "model/moe.h"
+#include "worker_groups.h"
+
+using namespace trainer;
+
+namespace {
+
+void expect_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
+  if (!actual.sizes().equals(expected.sizes()) || !at::allclose(actual, expected, 1e-10, 1e-12))
+    throw std::runtime_error(fmt::format("{}: max difference {}", what,
+                                         actual.sizes().equals(expected.sizes())
+                                             ? (actual - expected).abs().max().item<double>()
+                                             : -1.0));
+}
+
+at::Tensor grad_of(const model::ParameterSet& params, const std::string& name) {
+  const model::Parameter* p = params.find(name);
+  if (!p || !p->tensor.grad().defined()) return at::Tensor();
+  return p->tensor.grad();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc != 3) throw std::runtime_error("usage: moe_dispatch_worker EXPERTS TOP_K");
+    const int64_t experts = std::atoll(argv[1]), top_k = std::atoll(argv[2]);
+    const auto env = runtime::detect_launch_environment();
+    recipe::MeshShape s;
+    s.world_size = s.dp = s.ep = env.world_size;
+    s.edp = 1;
+    const auto owned = test::worker_groups(s);
+    mesh::ProcessGroups& groups = *owned;
+    comm::Communicator& ep = groups.get(mesh::GroupKind::Ep);
+    const int64_t rank = ep.rank(), size = ep.size();
+
+    recipe::ModelConfig config;
+    config.hidden_size = 10;  // odd sizes on purpose
+    recipe::MoeConfig moe;
+    moe.num_local_experts = experts;
+    moe.num_experts_per_tok = top_k;
+    moe.moe_intermediate_size = 7;
+    config.moe = moe;
+    const model::ParameterOptions options{5, 0.3, at::kDouble};
+    const std::string prefix = "model.layers.0.block_sparse_moe.";
+    model::ParameterSet whole_params(options), ep_params(options);
+    const model::Moe whole(whole_params, prefix, config, {});
+    const model::Moe spread(ep_params, prefix, config, {}, model::ExpertParallel{rank, size, &ep});
+    // The last expert is never chosen: every token's first feature is 1, and the router weighs it
+    // -100 for that expert.
+    for (auto* params : {&whole_params, &ep_params}) {
+      at::NoGradGuard no_grad;
+      params->find(prefix + "gate.weight")->tensor[experts - 1][0].fill_(-100.0);
+    }
+
+    // Rank r routes 5 + 3 r tokens of its own.
+    const int64_t tokens = 5 + 3 * rank;
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    at::manual_seed(100 + uint64_t(rank));
+    at::Tensor x = at::randn({tokens, 10}, f64);
+    x.select(1, 0).fill_(1.0);
+    const at::Tensor g = at::randn({tokens, 10}, f64);
+    const at::Tensor xa = x.clone().requires_grad_(true), xb = x.clone().requires_grad_(true);
+    const model::MoeOutput a = whole.forward(xa), b = spread.forward(xb);
+    expect_close(b.output, a.output, "output");
+    expect_close(b.tokens_per_expert, a.tokens_per_expert, "tokens per expert");
+    (a.output * g).sum().backward();
+    (b.output * g).sum().backward();
+    expect_close(xb.grad(), xa.grad(), "input gradient");
+    expect_close(grad_of(ep_params, prefix + "gate.weight"), grad_of(whole_params, prefix + "gate.weight"),
+                 "router gradient");
+
+    // Every expert's weight gradients of the whole layer, summed over the ranks' tokens.
+    int64_t received_nothing = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      for (const char* w : {"w1", "w2", "w3"}) {
+        const std::string name = fmt::format("{}experts.{}.{}.weight", prefix, e, w);
+        const model::Parameter* p = whole_params.find(name);
+        at::Tensor sum = p->tensor.grad().defined() ? p->tensor.grad().clone() : at::zeros_like(p->tensor);
+        ep.all_reduce(sum, comm::ReduceOp::Sum)->wait();
+        const model::Parameter* mine = ep_params.find(name);
+        if (!mine) continue;  // held by another rank
+        const at::Tensor got = mine->tensor.grad().defined() ? mine->tensor.grad() : at::zeros_like(mine->tensor);
+        expect_close(got, sum, name + " gradient");
+        if (e == experts - 1 && std::string(w) == "w1") received_nothing += got.abs().sum().item<double>() == 0;
+      }
+    const int64_t held_last = rank == size - 1;
+    if (received_nothing != held_last) throw std::runtime_error("the unused expert received tokens");
+    std::printf("rank %lld: %lld tokens, dispatch matches (output, input, router and expert gradients)\n",
+                (long long)rank, (long long)tokens);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe_dispatch_worker: %s\n", e.what());
+    return 1;
+  }
+}
