@@ -486,7 +486,7 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
   }
 }
 
-TEST_CASE("dist: global-batch load balancing depends on the micro-batches per time slot, not the mesh", "[dist][ep]") {
+TEST_CASE("dist: global-batch load balancing depends on the micro-batches per time slot and not on the mesh", "[dist][ep]") {
   TempDir dir;
   const std::string base = trainer_binary() + " run " + kTinyMoe + " --set model.moe.aux_loss_scope=global_batch" +
                            " --set model.moe.router_aux_loss_coef=0.1 --set optimizer.lr=1e-3";

@@ -108,7 +108,7 @@ TEST_CASE("validate --world-size lists the ranks of every group (Megatron's 16-r
   TempDir dir;
   const auto recipe = dir.write("m16.json", R"({"model": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
     "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "moe": {"num_local_experts": 8}},
-    "parallel": {"tp": 2, "cp": 2, "pp": 2, "ep": 4, "etp": 1},
+    "parallel": {"tp": 2, "cp": 2, "pp": 2, "ep": 4, "etp": 1, "sequence_parallel": true},
     "training": {"seq_len": 64, "micro_batch_size": 1, "global_batch_size": 8, "steps": 10}})");
   const auto r = run_trainer({"validate", recipe, "--world-size", "16", "--json"});
   REQUIRE(r.exit_code == 0);

@@ -228,7 +228,7 @@ TEST_CASE("Moe routes each token to its known top-k experts and mixes their SwiG
   }
 }
 
-TEST_CASE("capacity_factor keeps each expert's highest-scoring copies, ties in token order", "[model][moe]") {
+TEST_CASE("capacity_factor keeps each expert's highest-scoring copies with ties in token order", "[model][moe]") {
   const at::Tensor x = routed_tokens();
   const at::Tensor flat = x.view({-1, kHidden});
   SECTION("top-1, factor 1: capacity ceil(6/4) = 2") {
@@ -348,7 +348,7 @@ TEST_CASE("Moe gradients match central differences with the routing held fixed",
   }
 }
 
-TEST_CASE("the router z-loss, the top-k margin and the per-step load statistics", "[model][moe]") {
+TEST_CASE("the router z-loss and the top-k margin and the per-step load statistics", "[model][moe]") {
   MoeLayer layer(2, 0, std::nullopt, /*known_router=*/false);
   const at::Tensor x = model_test::randn({2, 5, kHidden}, 41);
   const at::Tensor logits = at::matmul(x.view({-1, kHidden}), param(layer.params, kPrefix + "gate.weight").t());
