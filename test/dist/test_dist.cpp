@@ -378,6 +378,9 @@ TEST_CASE("dist: context parallelism with ring and Ulysses reproduces the single
       {"cp2 ulysses dp2 zero1", 4, cp(2, "ulysses") + " --set parallel.zero=1"},
       {"cp2 ring selective recompute", 2, cp(2, "ring") + " --set training.recompute=selective"},
       {"cp2 ring pp2 1f1b", 4, cp(2, "ring") + " --set parallel.pp=2 --set parallel.pipeline_schedule=1f1b"},
+      // cp 4 with the other dimensions: 8 ranks (chunks of 8 tokens, 4 per tp rank under sp).
+      {"cp4 ring tp2 sp", 8, cp(4, "ring") + tp_sp},
+      {"cp4 ulysses dp2 zero1", 8, cp(4, "ulysses") + " --set parallel.zero=1"},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
