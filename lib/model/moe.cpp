@@ -181,7 +181,7 @@ MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const 
   if (recompute_pass() != RecomputePass::Replay) {
     at::NoGradGuard no_grad;
     MoeStepState& s = *state_;
-    const at::Tensor load = counts.to(at::kFloat).to(x.device());
+    const at::Tensor load = counts.to(at::kFloat);  // on the host already (the split sizes)
     s.tokens_per_expert = s.tokens_per_expert.defined() ? s.tokens_per_expert + load : load;
     s.min_margin = s.min_margin.defined() ? at::minimum(s.min_margin, routing.margin) : routing.margin;
     const at::Tensor z = result.z_loss.detach();

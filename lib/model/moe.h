@@ -38,7 +38,7 @@ struct MoeOutput {
 // What one MoE layer gathers over a training step: the load statistics for metrics, and the
 // running counts of the global-batch scope. Reset at the start of every step.
 struct MoeStepState {
-  at::Tensor tokens_per_expert;  // fp32 [E]: this rank's kept copies per expert, summed over micro-batches
+  at::Tensor tokens_per_expert;  // fp32 [E] on the CPU: this rank's kept copies per expert, summed over micro-batches
   at::Tensor min_margin;         // fp32: the smallest top-k margin seen (Routing::margin)
   at::Tensor z_loss;             // fp32: this rank's z-loss parts, summed over micro-batches
   at::Tensor batch_counts;       // fp32 [E]: global-batch scope, copies per expert over the step so far
@@ -60,7 +60,6 @@ class Moe {
   MoeStepState& step_state() const { return *state_; }
   // The routing bias of auxiliary-loss-free balancing (a view into model::RoutingBias's table).
   void set_routing_bias(at::Tensor bias) { routing_bias_ = std::move(bias); }
-  int64_t num_experts() const { return num_experts_; }
 
  private:
   // The local experts' SwiGLU on `rows` [sum(lengths), H] grouped by local expert.

@@ -34,12 +34,6 @@ struct Routing {
 // Top-k routing of router logits [N, E] (any float type; computed in fp32). `bias` (fp32 [E], may
 // be undefined) is added to the scores for the choice only (auxiliary-loss-free balancing).
 Routing route(const at::Tensor& logits, const RouterOptions& options, const at::Tensor& bias = {});
-// Softmax top-k routing (Mixtral).
-inline Routing route_top_k(const at::Tensor& logits, int64_t k) {
-  RouterOptions options;
-  options.top_k = k;
-  return route(logits, options);
-}
 
 // The capacity rule: each expert takes at most `capacity` of the token copies routed to it, the
 // ones with the highest routing probability, ties to the smaller token key (position in sequence,

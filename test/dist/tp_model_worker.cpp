@@ -14,6 +14,7 @@
 
 #include "model/transformer.h"
 #include "parallel/tensor/communication.h"
+#include "expect_close.h"
 #include "worker_groups.h"
 
 using namespace trainer;
@@ -21,11 +22,7 @@ using namespace trainer;
 namespace {
 
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
-  if (!actual.sizes().equals(expected.sizes()) || !at::allclose(actual, expected, 1e-9, 1e-12))
-    throw std::runtime_error(fmt::format("{}: max difference {}", what,
-                                         actual.sizes().equals(expected.sizes())
-                                             ? (actual - expected).abs().max().item<double>()
-                                             : -1.0));
+  test::expect_close(actual, expected, what, 1e-9, 1e-12);
 }
 
 // The operators against their definitions: values and gradients.
