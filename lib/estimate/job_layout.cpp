@@ -122,6 +122,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
     sh.expert_ffn = moe.moe_intermediate_size / p.etp;
     sh.shared_ffn = moe.num_shared_experts * moe.moe_intermediate_size / p.tp;
     sh.ep = p.ep;
+    sh.etp = p.etp;
     // Rows (token, expert) per micro-batch. Every rank routes N*k rows; balanced routing brings
     // as many back to its experts. A capacity factor caps each expert at
     // ceil(cf * N * k / E) rows from each source rank. The worst dropless case sends all of the

@@ -43,7 +43,8 @@ struct RankShape {
   int64_t expert_ffn = 0;     // one expert's width on this rank (moe_intermediate_size / etp)
   int64_t shared_ffn = 0;     // all shared experts together on this rank (shared * width / tp)
   int64_t ep = 1;
-  int64_t expert_rows = 0;    // (token, expert) rows this rank's experts process per micro-batch
+  int64_t etp = 1;            // expert tensor parallelism: the rows of the etp group are gathered
+  int64_t expert_rows = 0;    // (token, expert) rows the ep exchange brings this rank per micro-batch
 
   int64_t tokens() const { return micro_batch * seq; }
   // Tokens of the norm/residual region: split across tp ranks with sequence parallelism.

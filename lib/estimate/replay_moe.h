@@ -9,12 +9,19 @@
 
 namespace trainer::estimate::replay {
 
-// The MoE feed-forward block (model/moe.cpp): router, top-k, sort by expert, gathered rows
-// through each expert, weighted index_add back; with ep > 1 the dispatch and combine all-to-alls.
+// The MoE feed-forward block (model/moe.cpp): router, top-k, sort by expert, the rows through the
+// grouped experts (model/grouped_experts.cpp), weighted index_add back; with ep > 1 the dispatch
+// and combine all-to-alls, with etp > 1 the gather of the etp group's rows and the return of the
+// partial outputs.
 class MoeReplay : public ReplayOps {
  public:
   using ReplayOps::ReplayOps;
 
+  // What the grouped experts saved for backward (grouped_experts.cpp).
+  struct GroupedSaved {
+    Id rows = Timeline::kNone, h1 = Timeline::kNone, h3 = Timeline::kNone;
+    int64_t n = 0;
+  };
   // --- MoE layer (moe.cpp) --------------------------------------------------------------------
   struct MoeSaved {
     AttentionBlock attn;
@@ -22,12 +29,80 @@ class MoeReplay : public ReplayOps {
     Id norm2_out = Timeline::kNone, tokens = Timeline::kNone;
     Id probs = Timeline::kNone, top = Timeline::kNone, top_sum = Timeline::kNone;
     Id order = Timeline::kNone, token_of = Timeline::kNone;
-    std::vector<MlpSaved> experts;
+    GroupedSaved experts;
     Id cat_out = Timeline::kNone, cat_w = Timeline::kNone, y = Timeline::kNone, cat_idx = Timeline::kNone;
     MlpSaved shared;
     bool has_shared = false;
     Id recv = Timeline::kNone;  // expert-parallel: the dispatched tokens this rank received
   };
+  // --- grouped experts (grouped_experts.cpp): one SwiGLU over every local expert's rows ---------
+  // Rows the local experts compute on: what the ep exchange brought, from every etp rank.
+  int64_t grouped_rows() const { return s_.expert_rows * s_.etp; }
+  // x: [n, H] grouped by expert, saved. Returns the output [n, H] (a partial sum over etp).
+  Id grouped_forward(Id x, int64_t n, GroupedSaved& g) {
+    const int64_t width = s_.expert_ffn;
+    g.n = n;
+    g.rows = x;
+    hold(x);
+    g.h1 = gemm(n, width, H());
+    g.h3 = gemm(n, width, H());
+    const Id silu = ew(n * width * e_);
+    const Id a = ew(n * width * e_, 2);
+    drop(silu);
+    const Id y = gemm(n, H(), width);
+    drop(a);
+    return y;
+  }
+  Id grouped_nograd(int64_t n) {
+    const int64_t width = s_.expert_ffn;
+    const Id h1 = gemm(n, width, H()), h3 = gemm(n, width, H());
+    const Id silu = ew(n * width * e_);
+    const Id a = ew(n * width * e_, 2);
+    drop(silu);
+    drop(h1);
+    drop(h3);
+    const Id y = gemm(n, H(), width);
+    drop(a);
+    return y;
+  }
+  // go: the output gradient (not consumed). Returns the input gradient [n, H]; the weight
+  // gradients go into the parameters' .grad one expert at a time.
+  Id grouped_backward(Id go, GroupedSaved& g) {
+    const int64_t n = g.n, width = s_.expert_ffn, act = n * width * e_;
+    const Id da = gemm(n, width, H());  // go W2
+    const Id sig = ew(act);
+    const Id silu = ew(act, 2);
+    const Id dh3 = ew(act, 2);
+    // dh1 = da * h3 * s (1 + h1 (1 - s)): one temporary, updated in place.
+    const Id dsilu = ew(act);
+    in_place(act, 3);
+    drop(sig);
+    const Id dh1 = ew(act, 2);
+    in_place(act, 1);
+    drop(dsilu);
+    drop(da);
+    const Id gx = gemm(n, H(), width);
+    const Id gx3 = gemm(n, H(), width);
+    accumulate(gx, gx3);
+    // Weight gradients, projection by projection and expert by expert, each added into .grad.
+    const Id a = ew(act, 2);  // silu * h3, for the down projection's gradient
+    for (int w = 0; w < 3; ++w) {
+      for (const int64_t rows : expert_split()) {
+        const Id gw = gemm(w == 0 ? H() : width, w == 0 ? width : H(), rows * s_.etp);
+        t_.costs().memory_bytes += 3.0 * double(width * H() * e_);
+        drop(gw);
+      }
+      if (w == 0) drop(a);
+    }
+    for (Id t : {silu, dh1, dh3, g.h1, g.h3, g.rows}) drop(t);
+    return gx;
+  }
+  // `count` in-place element-wise kernels over `bytes` (read and written).
+  void in_place(int64_t bytes, int count) {
+    t_.costs().memory_bytes += 2.0 * double(bytes) * count;
+    t_.costs().memory_kernels += count;
+  }
+
   // Rows of the local experts, split as evenly as counts allow.
   std::vector<int64_t> expert_split() const {
     std::vector<int64_t> rows(size_t(std::max<int64_t>(1, s_.local_experts)), 0);
@@ -66,39 +141,48 @@ class MoeReplay : public ReplayOps {
     drop(sorted);
     m.token_of = ew(R * kI64);
     const Id weight_of = ew(R * e_);  // index_select saves the order
-    Id dispatched = Timeline::kNone;
-    const auto split = expert_split();
+    // The kept rows in expert order (tokens.index_select), to the experts' ranks (dispatch).
+    const Id sorted_rows = ew(K * H() * e_);
+    Id rows = sorted_rows;
     if (s_.ep > 1) {
-      // Gather rows in expert order, all-to-all to the experts' ranks (dispatch).
-      dispatched = ew(R * H() * e_);
       comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
       m.recv = alloc(s_.expert_rows * H() * e_);
-      drop(dispatched);
+      drop(sorted_rows);
+      rows = ew(s_.expert_rows * H() * e_);  // grouped by local expert
+      drop(m.recv);
     }
-    std::vector<Id> outputs;
-    for (int64_t rows : split) {
-      if (rows == 0) continue;
-      Id xe;
-      if (s_.ep > 1) {
-        xe = m.recv;  // experts read slices of the received buffer
-        hold(xe);
-      } else {
-        xe = ew(rows * H() * e_);  // tokens.index_select(0, idx)
-      }
-      MlpSaved saved;
-      outputs.push_back(mlp_forward(xe, xe, rows, s_.expert_ffn, saved));
-      drop(xe);
-      m.experts.push_back(saved);
+    Id gathered = rows;
+    if (s_.etp > 1) {
+      // Every etp rank's rows (repeat, all-to-all), grouped by expert.
+      const Id repeated = ew(grouped_rows() * H() * e_);
+      comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+      const Id arrived = alloc(grouped_rows() * H() * e_);
+      drop(repeated);
+      gathered = ew(grouped_rows() * H() * e_);
+      drop(arrived);
+      drop(rows);
+    }
+    Id expert_out = grouped_forward(gathered, grouped_rows(), m.experts);
+    drop(gathered);
+    if (s_.etp > 1) {
+      // Partial outputs back to their rows' etp rank and summed there.
+      const Id reordered = ew(grouped_rows() * H() * e_);
+      drop(expert_out);
+      comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+      const Id back = alloc(grouped_rows() * H() * e_);
+      drop(reordered);
+      expert_out = ew(s_.expert_rows * H() * e_, double(s_.etp));
+      drop(back);
     }
     Id combined = alloc(N * H() * e_);  // zeros_like(tokens)
-    Id cat_local = Timeline::kNone;
     if (s_.ep > 1) {
-      cat_local = ew(s_.expert_rows * H() * e_);
+      const Id arrival = ew(s_.expert_rows * H() * e_);  // back to arrival order
+      drop(expert_out);
       comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);  // combine
       m.cat_out = alloc(K * H() * e_);
-      drop(cat_local);
+      drop(arrival);
     } else {
-      m.cat_out = ew(K * H() * e_);
+      m.cat_out = expert_out;
     }
     m.cat_w = ew(K * e_);
     m.y = ew(K * H() * e_, 2);
@@ -106,7 +190,6 @@ class MoeReplay : public ReplayOps {
     const Id added = ew(N * H() * e_, 2);  // combined.index_add(0, idx, y)
     drop(combined);
     combined = added;
-    for (Id out : outputs) drop(out);
     drop(weight_of);
     drop(weights);
     drop(weights_e);
@@ -143,41 +226,49 @@ class MoeReplay : public ReplayOps {
     drop(gy);
     drop(m.cat_w);
     drop(m.cat_out);
-    Id grecv = Timeline::kNone;
+    // Backward of the combine exchange, the etp return and the reorderings: each a new tensor.
+    Id gexp = gcat;
     if (s_.ep > 1) {
       comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
-      grecv = alloc(s_.expert_rows * H() * e_);
+      const Id garr = alloc(s_.expert_rows * H() * e_);
       drop(gcat);
+      gexp = ew(s_.expert_rows * H() * e_);
+      drop(garr);
     }
-    const Id gsrc = s_.ep > 1 ? grecv : gcat;
-    Id gdisp = Timeline::kNone;
-    if (s_.ep > 1) gdisp = alloc(s_.expert_rows * H() * e_);
-    for (auto it = m.experts.rbegin(); it != m.experts.rend(); ++it) {
-      const Id gin = mlp_backward(gsrc, *it, /*reduce=*/false);
-      if (s_.ep > 1) {
-        drop(gin);  // written into the dispatched-gradient buffer
-        continue;
-      }
-      const Id gt = ew(N * H() * e_, 2);  // index_select backward: scatter rows into [N, H]
+    if (s_.etp > 1) {
+      const Id rep = ew(grouped_rows() * H() * e_);  // the sum's gradient to every part
+      drop(gexp);
+      comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+      const Id garr = alloc(grouped_rows() * H() * e_);
+      drop(rep);
+      gexp = ew(grouped_rows() * H() * e_);
+      drop(garr);
+    }
+    Id gin = grouped_backward(gexp, m.experts);
+    drop(gexp);
+    if (s_.etp > 1) {
+      const Id garr = ew(grouped_rows() * H() * e_);
       drop(gin);
-      if (tok_grad == Timeline::kNone)
-        tok_grad = gt;
-      else
-        accumulate(tok_grad, gt);
-    }
-    drop(gsrc);
-    if (s_.ep > 1) {
-      drop(m.recv);
-      comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
-      const Id back = alloc(R * H() * e_);
-      drop(gdisp);
-      const Id gt = ew(N * H() * e_, 2);
+      comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+      const Id back = alloc(grouped_rows() * H() * e_);
+      drop(garr);
+      gin = ew(s_.expert_rows * H() * e_, double(s_.etp));  // repeat's backward sums the copies
       drop(back);
-      if (tok_grad == Timeline::kNone)
-        tok_grad = gt;
-      else
-        accumulate(tok_grad, gt);
     }
+    if (s_.ep > 1) {
+      const Id garr = ew(s_.expert_rows * H() * e_);
+      drop(gin);
+      comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
+      gin = alloc(K * H() * e_);
+      drop(garr);
+    }
+    // index_select backward: the rows scattered into [N, H].
+    const Id gt = ew(N * H() * e_, 2);
+    drop(gin);
+    if (tok_grad == Timeline::kNone)
+      tok_grad = gt;
+    else
+      accumulate(tok_grad, gt);
     // Routing weights back to the router: small [N, k] and [N, E] tensors, then the router.
     const Id gwr = ew(N * k * kF32);
     drop(gw);
@@ -231,16 +322,17 @@ class MoeReplay : public ReplayOps {
     const Id top = alloc(N * k * kF32), chosen = alloc(N * k * kI64), weights = ew(N * k * kF32, 2);
     drop(top);
     const Id order = alloc(R * kI64), token_of = ew(R * kI64), weight_of = ew(R * e_);
-    std::vector<Id> outputs;
-    for (int64_t rows : expert_split()) {
-      if (rows == 0) continue;
-      const Id xe = ew(rows * H() * e_);
-      outputs.push_back(mlp_nograd(xe, rows, s_.expert_ffn));
-      drop(xe);
-    }
-    Id combined = alloc(N * H() * e_);
     const int64_t K = kept_rows();
+    const Id sorted = ew(K * H() * e_);
+    if (s_.ep > 1) comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
+    if (s_.etp > 1) comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+    const Id expert_out = grouped_nograd(grouped_rows());
+    drop(sorted);
+    if (s_.etp > 1) comm(CommKind::AllToAll, CommGroup::Etp, grouped_rows() * H() * e_);
+    if (s_.ep > 1) comm(CommKind::AllToAll, CommGroup::Ep, R * H() * e_);
+    Id combined = alloc(N * H() * e_);
     const Id cat_out = ew(K * H() * e_), cat_w = ew(K * e_);
+    drop(expert_out);
     const Id y = ew(K * H() * e_, 2);
     drop(cat_out);
     drop(cat_w);
@@ -248,7 +340,6 @@ class MoeReplay : public ReplayOps {
     drop(combined);
     drop(y);
     combined = added;
-    for (Id o : outputs) drop(o);
     for (Id t : {probs, chosen, weights, order, token_of, weight_of}) drop(t);
     if (s_.shared_ffn > 0) {
       const Id in = gather_input(tokens);

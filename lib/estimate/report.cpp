@@ -106,7 +106,8 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
       a.push_back("ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 (the runtime does not implement "
                   "them yet)");
     if (c.recipe->model.moe && p.etp > 1)
-      a.push_back("etp > 1 splits each expert's width by etp (the runtime keeps experts whole: etp 1)");
+      a.push_back("etp > 1 splits each expert's width by etp; each rank's experts compute on the rows of its "
+                  "whole etp group (gathered and returned by all-to-all over etp)");
   }
   if (c.gpu) {
     a.push_back(c.fused_kernels ? "time: memory-bound operations fused (a third of eager traffic and launches)"

@@ -42,6 +42,14 @@ struct ContextParallel {
   Method method = Method::Ring;
 };
 
+// This rank's place inside an expert's tensor-parallel group (etp): each expert's intermediate
+// width is split over these ranks (model/grouped_experts.h).
+struct ExpertTensorParallel {
+  int64_t rank = 0;
+  int64_t size = 1;
+  comm::Communicator* group = nullptr;
+};
+
 // This rank's place in the expert-parallel group: it holds experts [rank * E / size, (rank + 1) *
 // E / size) of every MoE layer, and tokens travel to their experts' ranks by all-to-all.
 struct ExpertParallel {
@@ -54,6 +62,8 @@ struct ExpertParallel {
   // The ranks whose micro-batches are in flight at the same time (tp x dp x cp): the global-batch
   // load-balancing scope counts over them. Null: this rank alone.
   comm::Communicator* batch_group = nullptr;
+  // Expert tensor parallelism inside each expert.
+  ExpertTensorParallel etp;
 };
 
 enum class LinearKind {

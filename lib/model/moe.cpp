@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include "model/recompute.h"
@@ -23,7 +24,7 @@ void MoeStepState::reset() {
 }
 
 Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-         ExpertParallel ep)
+         ExpertParallel ep, GroupedGemm gemm)
     : ep_(ep),
       num_experts_(config.moe->num_local_experts),
       top_k_(config.moe->num_experts_per_tok),
@@ -47,12 +48,12 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
     throw std::logic_error(fmt::format("{} experts do not split over ep = {}", num_experts_, ep.size));
   const int64_t local = num_experts_ / ep.size;
   first_expert_ = ep.rank * local;
-  // Experts are whole (etp 1): no tensor parallelism inside them.
-  for (int64_t e = first_expert_; e < first_expert_ + local; ++e)
-    experts_.emplace_back(params, fmt::format("{}experts.{}.", prefix, e), config.hidden_size,
-                          moe.moe_intermediate_size, TensorParallel{}, /*mixtral_names=*/true);
+  if (ep.etp.size > 1 && !ep.etp.group)
+    throw std::logic_error(fmt::format("an MoE layer with etp = {} needs its etp group", ep.etp.size));
+  experts_ = GroupedExperts(params, prefix + "experts.", first_expert_, local, config.hidden_size,
+                            moe.moe_intermediate_size, ep.etp, gemm);
   // Expert weights are reduced over the expert-data-parallel group (MoE folding) and held by this
-  // ep rank only.
+  // ep rank only (and split over etp by their shards).
   for (size_t i = before; i < params.all().size(); ++i) {
     params.all()[i].grad_group = mesh::GroupKind::Edp;
     params.all()[i].expert = ep.size > 1;
@@ -132,48 +133,13 @@ MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const 
   const at::Tensor counts = at::bincount(kept_expert, {}, num_experts_).cpu();
   const std::vector<int64_t> lengths(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts_);
 
-  at::Tensor combined = at::zeros_like(tokens);
-  if (ep_.size == 1) {
-    if (idx.numel() > 0) {
-      const at::Tensor y = run_local_experts(tokens.index_select(0, idx), lengths) * weight.unsqueeze(1);
-      combined = combined.index_add(0, idx, y);
-    }
-  } else {
-    const int64_t local = num_experts_ / ep_.size;
-    // Counts first: received[s][l] = copies rank s sends to local expert l.
-    at::Tensor sent_counts = counts.clone();
-    at::Tensor received_counts = at::empty_like(sent_counts);
-    const std::vector<int64_t> per_rank(size_t(ep_.size), local);
-    ep_.group->all_to_all(received_counts, sent_counts, per_rank, per_rank)->wait();
-    const int64_t* got = received_counts.data_ptr<int64_t>();
-    std::vector<int64_t> send_splits(size_t(ep_.size), 0), receive_splits(size_t(ep_.size), 0);
-    for (int64_t r = 0; r < ep_.size; ++r)
-      for (int64_t l = 0; l < local; ++l) {
-        send_splits[size_t(r)] += lengths[size_t(r * local + l)];
-        receive_splits[size_t(r)] += got[r * local + l];
-      }
-    const at::Tensor received =
-        parallel::all_to_all_rows(tokens.index_select(0, idx), receive_splits, send_splits, *ep_.group);
-    // Arrived in (source rank, local expert) order; the experts want (local expert, source rank).
-    std::vector<int64_t> by_expert, local_lengths(size_t(local), 0);
-    std::vector<int64_t> source_start(size_t(ep_.size), 0);
-    for (int64_t r = 1; r < ep_.size; ++r) source_start[size_t(r)] = source_start[size_t(r - 1)] + receive_splits[size_t(r - 1)];
-    for (int64_t l = 0; l < local; ++l)
-      for (int64_t r = 0; r < ep_.size; ++r) {
-        int64_t offset = source_start[size_t(r)];
-        for (int64_t m = 0; m < l; ++m) offset += got[r * local + m];
-        for (int64_t i = 0; i < got[r * local + l]; ++i) by_expert.push_back(offset + i);
-        local_lengths[size_t(l)] += got[r * local + l];
-      }
-    const at::Tensor order_by_expert = at::tensor(by_expert, at::kLong).to(tokens.device());
-    const at::Tensor y_grouped = run_local_experts(received.index_select(0, order_by_expert), local_lengths);
-    // Back to arrival order, then home.
-    const at::Tensor back = at::argsort(order_by_expert);
-    const at::Tensor y = parallel::all_to_all_rows(y_grouped.index_select(0, back), send_splits, receive_splits,
-                                                   *ep_.group);
-    combined = combined.index_add(0, idx, y * weight.unsqueeze(1));
-  }
-  if (shared_) combined = combined + shared_->forward(tokens.view(shape)).reshape({-1, hidden});
+  at::Tensor shared;
+  const auto run_shared = [&] {
+    if (shared_) shared = shared_->forward(tokens.view(shape)).reshape({-1, hidden});
+  };
+  const at::Tensor y = run_experts(tokens.index_select(0, idx), lengths, run_shared);
+  at::Tensor combined = at::zeros_like(tokens).index_add(0, idx, y * weight.unsqueeze(1));
+  if (shared_) combined = combined + shared;
   result.output = combined.view(shape);
   result.tokens_per_expert = counts;
 
@@ -190,19 +156,97 @@ MoeOutput Moe::forward(const at::Tensor& x, const at::Tensor& token_keys) const 
   return result;
 }
 
-at::Tensor Moe::run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& lengths) const {
-  // `lengths` holds every expert of the model (ep 1) or the local ones; only local experts run.
-  const size_t offset = lengths.size() == experts_.size() ? 0 : size_t(first_expert_);
-  std::vector<at::Tensor> outputs;
-  int64_t start = 0;
-  for (size_t e = 0; e < experts_.size(); ++e) {
-    const int64_t n = lengths[offset + e];
-    if (n > 0) outputs.push_back(experts_[e].forward(rows.narrow(0, start, n)));
-    start += n;
+namespace {
+
+// Rows that arrived grouped by source s and then group g (counts[s][g] rows each, sources
+// outermost): the order that groups them by g, sources in order within a group, and each group's
+// row count.
+std::pair<at::Tensor, std::vector<int64_t>> group_major(const std::vector<std::vector<int64_t>>& counts,
+                                                        const at::Device& device) {
+  const size_t sources = counts.size(), groups = counts.front().size();
+  std::vector<int64_t> start(sources, 0), totals(groups, 0), order;
+  for (size_t s = 1; s < sources; ++s)
+    start[s] = start[s - 1] + std::accumulate(counts[s - 1].begin(), counts[s - 1].end(), int64_t(0));
+  for (size_t g = 0; g < groups; ++g)
+    for (size_t s = 0; s < sources; ++s) {
+      int64_t offset = start[s];
+      for (size_t m = 0; m < g; ++m) offset += counts[s][m];
+      for (int64_t i = 0; i < counts[s][g]; ++i) order.push_back(offset + i);
+      totals[g] += counts[s][g];
+    }
+  return {at::tensor(order, at::kLong).to(device), totals};
+}
+
+// counts (int64 [n] on the CPU) of every rank of `group`, in rank order.
+std::vector<std::vector<int64_t>> exchange_counts(const std::vector<int64_t>& mine, comm::Communicator& group) {
+  at::Tensor input = at::tensor(mine, at::kLong);
+  at::Tensor output = at::empty({group.size() * int64_t(mine.size())}, at::kLong);
+  group.all_gather(output, input)->wait();
+  std::vector<std::vector<int64_t>> all(size_t(group.size()));
+  const int64_t* p = output.data_ptr<int64_t>();
+  for (auto& row : all) {
+    row.assign(p, p + mine.size());
+    p += mine.size();
   }
-  // No local expert received a row: an empty result still tied to `rows`, so that backward runs
-  // the same all-to-alls on every rank (a rank that skipped them would leave the others waiting).
-  return outputs.empty() ? rows * 0 : at::cat(outputs);
+  return all;
+}
+
+int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); }
+
+}  // namespace
+
+at::Tensor Moe::run_experts(at::Tensor sorted, const std::vector<int64_t>& lengths,
+                            const std::function<void()>& meanwhile) const {
+  if (ep_.size == 1) {
+    meanwhile();
+    return run_local_experts(std::move(sorted), lengths);
+  }
+  const int64_t local = num_experts_ / ep_.size;
+  // Counts first: got[s][l] = copies rank s sends to local expert l.
+  at::Tensor sent_counts = at::tensor(lengths, at::kLong);
+  at::Tensor received_counts = at::empty_like(sent_counts);
+  const std::vector<int64_t> per_rank(size_t(ep_.size), local);
+  ep_.group->all_to_all(received_counts, sent_counts, per_rank, per_rank)->wait();
+  std::vector<std::vector<int64_t>> got(size_t(ep_.size));
+  std::vector<int64_t> send_splits(size_t(ep_.size), 0), receive_splits(size_t(ep_.size), 0);
+  for (int64_t r = 0; r < ep_.size; ++r) {
+    const int64_t* row = received_counts.data_ptr<int64_t>() + r * local;
+    got[size_t(r)].assign(row, row + local);
+    receive_splits[size_t(r)] = sum(got[size_t(r)]);
+    for (int64_t l = 0; l < local; ++l) send_splits[size_t(r)] += lengths[size_t(r * local + l)];
+  }
+  const auto device = sorted.device();
+  parallel::RowsInFlight flight = parallel::start_all_to_all_rows(sorted, receive_splits, send_splits, *ep_.group);
+  meanwhile();  // the shared experts, while the copies travel
+  at::Tensor rows = flight.wait();
+  sorted.reset();
+  // Arrived in (source rank, local expert) order; the experts want (local expert, source rank).
+  const auto [order, local_lengths] = group_major(got, device);
+  rows = rows.index_select(0, order);
+  at::Tensor y = run_local_experts(std::move(rows), local_lengths);
+  // Back to arrival order, then home.
+  y = y.index_select(0, at::argsort(order));
+  return parallel::all_to_all_rows(y, send_splits, receive_splits, *ep_.group);
+}
+
+at::Tensor Moe::run_local_experts(at::Tensor rows, const std::vector<int64_t>& lengths) const {
+  const ExpertTensorParallel& etp = ep_.etp;
+  if (etp.size == 1) return experts_.forward(rows, lengths);
+  // Every etp rank computes its slice of the experts' width for the rows of the whole etp group:
+  // gather them (counts first), run, and send each rank the partial outputs of its own rows.
+  const int64_t n = rows.size(0), hidden = rows.size(1);
+  const auto theirs = exchange_counts(lengths, *etp.group);
+  std::vector<int64_t> their_rows;
+  for (const auto& c : theirs) their_rows.push_back(sum(c));
+  const std::vector<int64_t> mine(size_t(etp.size), n);
+  const auto [order, per_expert] = group_major(theirs, rows.device());
+  at::Tensor gathered = parallel::all_to_all_rows(rows.repeat({etp.size, 1}), their_rows, mine, *etp.group);
+  rows.reset();
+  gathered = gathered.index_select(0, order);
+  at::Tensor partial = experts_.forward(gathered, per_expert);
+  gathered.reset();
+  partial = partial.index_select(0, at::argsort(order));
+  return parallel::all_to_all_rows(partial, mine, their_rows, *etp.group).view({etp.size, n, hidden}).sum(0);
 }
 
 }  // namespace trainer::model

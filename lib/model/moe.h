@@ -5,23 +5,28 @@
 // micro-batch's tokens, the highest-scoring ones (model/moe_routing.h). Optional shared experts
 // see every token.
 //
-// Dispatch: the token copies are sorted by expert, run through their expert's SwiGLU and
-// scatter-added back with their routing weights. Under expert parallelism each ep rank holds
-// E / ep consecutive experts: the sorted copies go to their experts' ranks by an all-to-all with
-// uneven splits (the counts are exchanged first), the local experts run on what arrives (grouped
-// by expert), and a second all-to-all brings the results back.
+// Dispatch: the token copies are sorted by expert, run through their experts' SwiGLU as grouped
+// GEMMs (model/grouped_experts.h) and scatter-added back with their routing weights. Under expert
+// parallelism each ep rank holds E / ep consecutive experts: the sorted copies go to their
+// experts' ranks by an all-to-all with uneven splits (the counts are exchanged first), shared
+// experts compute while the tokens travel, the local experts run on what arrives (grouped by
+// expert), and a second all-to-all brings the results back. With expert tensor parallelism (etp >
+// 1) each expert's width is split over the etp group: the rows that arrived are gathered over etp
+// (uneven, counts first), every etp rank computes its slice of every expert's output for all of
+// them, and the partial outputs go back to the rows' etp rank and are summed there.
 //
-// MoE parallel folding: the experts are whole on each rank (etp 1) and their gradients are summed
-// over edp; under tensor parallelism (which requires sequence parallelism) each tp rank routes its
-// own part of the sequence, the router's gradient is summed over tp too, and shared experts are
-// tensor-parallel like a dense MLP.
+// MoE parallel folding: the experts' gradients are summed over edp; under tensor parallelism
+// (which requires sequence parallelism) each tp rank routes its own part of the sequence, the
+// router's gradient is summed over tp too, and shared experts are tensor-parallel like a dense MLP.
 #include <ATen/core/Tensor.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "model/grouped_experts.h"
 #include "model/layers.h"
 #include "model/moe_routing.h"
 #include "recipe/recipe.h"
@@ -52,7 +57,7 @@ class Moe {
  public:
   Moe() = default;
   Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-      ExpertParallel ep = {});
+      ExpertParallel ep = {}, GroupedGemm gemm = GroupedGemm::Auto);
   // x: [..., hidden], tokens in row-major order. token_keys: int64 [tokens], a key per token that
   // orders the micro-batch the same way on every mesh (position * batch + sample); undefined: the
   // token's index.
@@ -62,13 +67,18 @@ class Moe {
   void set_routing_bias(at::Tensor bias) { routing_bias_ = std::move(bias); }
 
  private:
-  // The local experts' SwiGLU on `rows` [sum(lengths), H] grouped by local expert.
-  at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& lengths) const;
+  // The experts' outputs for `sorted` (copies grouped by global expert, lengths[e] each, in this
+  // rank's order), wherever the experts live; `meanwhile` runs while the copies travel. Inputs are
+  // taken by value so that each buffer is freed as soon as the next one exists.
+  at::Tensor run_experts(at::Tensor sorted, const std::vector<int64_t>& lengths,
+                         const std::function<void()>& meanwhile) const;
+  // The local experts on rows grouped by local expert, over the etp group when it splits them.
+  at::Tensor run_local_experts(at::Tensor rows, const std::vector<int64_t>& lengths) const;
   // The expert frequencies f of the load-balancing loss, and the token count they cover.
   std::pair<at::Tensor, int64_t> expert_frequencies(const Routing& routing, int64_t tokens) const;
 
   Linear router_;
-  std::vector<SwigluMlp> experts_;  // this rank's: global experts first_expert_ ..
+  GroupedExperts experts_;  // this rank's: global experts first_expert_ ..
   ExpertParallel ep_;
   int64_t first_expert_ = 0;
   std::optional<SwigluMlp> shared_;

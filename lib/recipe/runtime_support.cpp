@@ -11,8 +11,7 @@ namespace {
 template <typename F>
 void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
-  // Experts are whole on each rank (etp 1); expert tensor parallelism is not built yet.
-  if (r.model.moe && p.etp != 1) unsupported("etp", p.etp);
+  // Without experts etp means nothing: only its default (tp) or 1.
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
   if (p.zero > 1) unsupported("zero", p.zero);
 }
@@ -29,11 +28,6 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
     if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
-    else if (name == "etp" && r.model.moe)
-      problems.push_back(fmt::format("parallel.etp={} with model.moe: this build keeps every expert whole on its "
-                                     "rank (expert tensor parallelism is not built yet); set parallel.etp=1 (the "
-                                     "default is parallel.tp), ep and tp may be any size",
-                                     value));
     else
       problems.push_back(fmt::format("parallel.{}={}: not supported by this build; `trainer validate` and the "
                                      "estimator accept it", name, value));

@@ -48,7 +48,8 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
                                                   : model::ContextParallel::Method::Ring};
   // MoE layers under tp need sequence parallelism (validated): tp x cp ranks share a micro-batch.
   options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep),
-                &groups.get(mesh::GroupKind::TpCp), &groups.get(mesh::GroupKind::TpDpCp)};
+                &groups.get(mesh::GroupKind::TpCp), &groups.get(mesh::GroupKind::TpDpCp),
+                {groups.coordinates().etp, groups.layout().shape().etp, &groups.get(mesh::GroupKind::Etp)}};
   if (r.model.moe) {
     // The load-balancing loss of each micro-batch averaged over the step's micro-batches and dp;
     // in the global-batch scope one loss per time slot (its parts spread over dp), averaged over

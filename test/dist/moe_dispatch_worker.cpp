@@ -1,10 +1,11 @@
-// One rank of the expert-parallel dispatch test: `moe_dispatch_worker EXPERTS TOP_K` with RANK,
-// WORLD_SIZE (the ep size), MASTER_ADDR and MASTER_PORT in the environment. Every rank builds the
-// expert-parallel MoE layer (its E / ep experts) and the whole single-rank layer (initialisation
-// is global), in fp64, routes its own tokens (a different number on each rank, so the splits are
+// One rank of the expert-parallel dispatch test: `moe_dispatch_worker EXPERTS TOP_K [ETP]` with
+// RANK, WORLD_SIZE (ep x etp), MASTER_ADDR and MASTER_PORT in the environment. Every rank builds
+// the expert-parallel MoE layer (its E / ep experts, each split etp ways) and the whole
+// single-rank layer (initialisation is global), in fp64, routes its own tokens (a different number on each rank, so the splits are
 // uneven) through both, and checks the output, the input gradient and the router gradient against
 // the whole layer on the same tokens, and each local expert's weight gradients against the whole
-// layers' gradients summed over the ranks (an expert sees every rank's tokens routed to it). The
+// layers' gradients summed over the ranks (an expert sees every rank's tokens routed to it), its
+// etp slice of them. The
 // router never picks the last expert, so one rank's expert receives no tokens at all. Exit 0 and
 // "dispatch matches" when everything matches.
 #include <ATen/ATen.h>
@@ -35,29 +36,32 @@ at::Tensor grad_of(const model::ParameterSet& params, const std::string& name) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc != 3) throw std::runtime_error("usage: moe_dispatch_worker EXPERTS TOP_K");
-    const int64_t experts = std::atoll(argv[1]), top_k = std::atoll(argv[2]);
+    if (argc != 3 && argc != 4) throw std::runtime_error("usage: moe_dispatch_worker EXPERTS TOP_K [ETP]");
+    const int64_t experts = std::atoll(argv[1]), top_k = std::atoll(argv[2]), etp_size = argc == 4 ? std::atoll(argv[3]) : 1;
     const auto env = runtime::detect_launch_environment();
     recipe::MeshShape s;
-    s.world_size = s.dp = s.ep = env.world_size;
+    s.world_size = s.dp = env.world_size;
+    s.etp = etp_size;
+    s.ep = env.world_size / etp_size;
     s.edp = 1;
     const auto owned = test::worker_groups(s);
     mesh::ProcessGroups& groups = *owned;
     comm::Communicator& ep = groups.get(mesh::GroupKind::Ep);
-    const int64_t rank = ep.rank(), size = ep.size();
+    comm::Communicator& etp = groups.get(mesh::GroupKind::Etp);
+    const int64_t rank = groups.global_rank(), size = ep.size();
 
     recipe::ModelConfig config;
-    config.hidden_size = 10;  // odd sizes on purpose
+    config.hidden_size = 10;  // odd sizes on purpose (the expert width splits 2 ways)
     recipe::MoeConfig moe;
     moe.num_local_experts = experts;
     moe.num_experts_per_tok = top_k;
-    moe.moe_intermediate_size = 7;
+    moe.moe_intermediate_size = etp_size == 1 ? 7 : 6;
     config.moe = moe;
     const model::ParameterOptions options{5, 0.3, at::kDouble};
     const std::string prefix = "model.layers.0.block_sparse_moe.";
     model::ParameterSet whole_params(options), ep_params(options);
     const model::Moe whole(whole_params, prefix, config, {});
-    const model::Moe spread(ep_params, prefix, config, {}, model::ExpertParallel{rank, size, &ep});
+    const model::Moe spread(ep_params, prefix, config, {}, model::ExpertParallel{ep.rank(), size, &ep, nullptr, nullptr, {etp.rank(), etp.size(), &etp}});
     // The last expert is never chosen: every token's first feature is 1, and the router weighs it
     // -100 for that expert.
     for (auto* params : {&whole_params, &ep_params}) {
@@ -89,14 +93,15 @@ int main(int argc, char** argv) {
         const std::string name = fmt::format("{}experts.{}.{}.weight", prefix, e, w);
         const model::Parameter* p = whole_params.find(name);
         at::Tensor sum = p->tensor.grad().defined() ? p->tensor.grad().clone() : at::zeros_like(p->tensor);
-        ep.all_reduce(sum, comm::ReduceOp::Sum)->wait();
+        groups.world().all_reduce(sum, comm::ReduceOp::Sum)->wait();
         const model::Parameter* mine = ep_params.find(name);
         if (!mine) continue;  // held by another rank
+        for (const auto& shard : mine->shards) sum = sum.narrow(shard.dim, shard.offset, shard.length);
         const at::Tensor got = mine->tensor.grad().defined() ? mine->tensor.grad() : at::zeros_like(mine->tensor);
         expect_close(got, sum, name + " gradient");
         if (e == experts - 1 && std::string(w) == "w1") received_nothing += got.abs().sum().item<double>() == 0;
       }
-    const int64_t held_last = rank == size - 1;
+    const int64_t held_last = ep.rank() == size - 1;
     if (received_nothing != held_last) throw std::runtime_error("the unused expert received tokens");
     std::printf("rank %lld: %lld tokens, dispatch matches (output, input, router and expert gradients)\n",
                 (long long)rank, (long long)tokens);

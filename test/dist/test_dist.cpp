@@ -278,15 +278,19 @@ TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp 
   }
 }
 
-TEST_CASE("dist: expert-parallel dispatch and combine equal the whole MoE layer in fp64 at ep 2 and 3", "[dist][ep]") {
+TEST_CASE("dist: expert-parallel dispatch and combine equal the whole MoE layer in fp64 at ep 2 and 3 and etp 2", "[dist][ep]") {
   const std::string worker = std::string(TRAINER_BINARY_DIR) + "/moe_dispatch_worker";
-  // Experts, top-k, ranks: uneven token counts per rank, the last expert never chosen.
-  for (const auto& [experts, top_k, ep] : std::vector<std::tuple<int, int, int>>{{4, 2, 2}, {6, 1, 3}, {6, 3, 2}}) {
-    const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(ep - 1) + "); do RANK=$r WORLD_SIZE=" +
-                        std::to_string(ep) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
-                        " " + worker + " " + std::to_string(experts) + " " + std::to_string(top_k) +
+  // Experts, top-k, ep, etp: uneven token counts per rank, the last expert never chosen; with etp
+  // 2 the rows are gathered over the etp pair and the partial outputs summed back.
+  for (const auto& [experts, top_k, ep, etp] :
+       std::vector<std::tuple<int, int, int, int>>{{4, 2, 2, 1}, {6, 1, 3, 1}, {6, 3, 2, 1}, {4, 2, 1, 2}, {4, 2, 2, 2}}) {
+    const int world = ep * etp;
+    const auto r = bash("pids=(); for r in $(seq 0 " + std::to_string(world - 1) + "); do RANK=$r WORLD_SIZE=" +
+                        std::to_string(world) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                        " OMP_NUM_THREADS=1 " + worker + " " + std::to_string(experts) + " " + std::to_string(top_k) +
+                        " " + std::to_string(etp) +
                         " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
-    INFO("experts " << experts << " top-k " << top_k << " ep " << ep << "\n" << r.out << r.err);
+    INFO("experts " << experts << " top-k " << top_k << " ep " << ep << " etp " << etp << "\n" << r.out << r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("dispatch matches") != std::string::npos);
   }
@@ -451,6 +455,13 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
        " --set model.moe.bias_update_rate=0.01 --set model.moe.router_aux_loss_coef=0"},
       {"tp2 sp full recompute z-loss", 2, kTpSp + " --set training.recompute=full",
        " --set model.moe.router_z_loss_coef=0.001"},
+      // Expert tensor parallelism: each expert's width split over the etp pair, the rows of both
+      // ranks gathered and the partial outputs summed back. etp defaults to tp; without tp the etp
+      // pair gathers rows of two dp ranks.
+      {"tp2 sp etp2", 2, " --set parallel.tp=2 --set parallel.sequence_parallel=true", ""},
+      {"tp2 sp etp2 ep2 shared expert", 4, " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=2",
+       " --set model.moe.num_shared_experts=1"},
+      {"dp4 etp2 ep2 zero1", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", ""},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
@@ -544,7 +555,7 @@ TEST_CASE("dist: MoE routing biases resume from a checkpoint on another mesh", "
   CHECK(largest > 0.0099);  // the updates moved the biases (by 0.01 per step each)
 }
 
-TEST_CASE("dist: a checkpoint saved at ep 2 resumes at ep 1 and one saved at ep 1 resumes at ep 4", "[dist][ep]") {
+TEST_CASE("dist: MoE checkpoints resume across ep and etp (2 to 1 and 1 to 4 and etp 2 to 1 and 1 to 2)", "[dist][ep]") {
   TempDir dir;
   const std::string base = trainer_binary() + " run " + kTinyMoe;
   const std::string whole = dir.path() + "/whole.jsonl";
@@ -552,7 +563,10 @@ TEST_CASE("dist: a checkpoint saved at ep 2 resumes at ep 1 and one saved at ep 
   const auto reference = read_jsonl(whole);
   for (const auto& [tag, first, second] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"ep2to1", " --nproc-per-node 2 --set parallel.ep=2", ""},
-           {"ep1to4", "", " --nproc-per-node 4 --set parallel.ep=4 --set parallel.zero=1"}}) {
+           {"ep1to4", "", " --nproc-per-node 4 --set parallel.ep=4 --set parallel.zero=1"},
+           {"tp2etp2ep2to1", " --nproc-per-node 4 --set parallel.tp=2 --set parallel.sequence_parallel=true"
+                                 " --set parallel.ep=2", ""},
+           {"ep1toetp2zero1", "", " --nproc-per-node 2 --set parallel.etp=2 --set parallel.zero=1"}}) {
     const double worst = resumed_difference(dir.path(), tag, base, first, second, "", reference);
     std::printf("%s: largest relative loss difference after resuming %.3g\n", tag.c_str(), worst);
     CHECK(worst < 1e-5);

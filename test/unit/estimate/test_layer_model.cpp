@@ -131,10 +131,11 @@ TEST_CASE("MoE: expert activations scale with the routed rows", "[estimate]") {
   const auto balanced = model_micro_batch(shape);
   shape.expert_rows = 64 * 2 / 2;  // a capacity factor that drops half
   const auto capped = model_micro_batch(shape);
-  // Per kept row: the gathered token [H], gate/silu/up/product [I_moe] x 4, the concatenated
-  // output and the weighted output [H] x 2, the row's weight, its token index (int64); the sort
-  // order and token map cover every assignment, kept or not.
-  const int64_t per_row = 4 * (64 + 4 * 48 + 2 * 64 + 1) + 8;
+  // Per kept row: the gathered token [H], the grouped experts' gate and up outputs [I_moe] x 2
+  // (the activation is recomputed in backward), the experts' output and the weighted output [H] x
+  // 2, the row's weight, its token index (int64); the sort order and token map cover every
+  // assignment, kept or not.
+  const int64_t per_row = 4 * (64 + 2 * 48 + 2 * 64 + 1) + 8;
   CHECK(balanced.moe.forward.net - capped.moe.forward.net == 64 * per_row);
   CHECK(balanced.moe.backward.net == -balanced.moe.forward.net);
   CHECK(balanced.moe.forward.net > balanced.dense.forward.net / 2);
