@@ -51,10 +51,12 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
       const bool moe = job.counts.layers.at(size_t(stage.layers.at(size_t(i)))).moe;
       t.forward.add(moe ? moe_f : dense_f);
       t.backward.add(moe ? moe_b : dense_b);
-      // What backward spends recomputing: the whole layer forward (full) or the attention core.
+      // What backward spends recomputing: the whole layer forward (full) or the attention core
+      // (the norms of selective are memory-bound kernels in the backward's own time).
       const SegmentTime& f = moe ? moe_f : dense_f;
       if (job.shape.recompute == Recompute::Full) t.recompute_s += f.total();
-      if (job.shape.recompute == Recompute::Selective) t.recompute_s += f.attention_s;
+      if (job.shape.recompute == Recompute::Selective || job.shape.recompute == Recompute::CoreAttention)
+        t.recompute_s += f.attention_s;
     }
   }
   return t;

@@ -1,5 +1,7 @@
 #include "estimate/layer_model.h"
 
+#include "model/loss_chunks.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@ namespace trainer::estimate {
 
 Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::None;
+  if (name == "core_attention") return Recompute::CoreAttention;
   if (name == "selective") return Recompute::Selective;
   if (name == "full") return Recompute::Full;
   throw std::invalid_argument(fmt::format("unknown recompute mode \"{}\"", name));
@@ -44,6 +47,10 @@ class Replay : public MoeReplay {
     const Id down = reduce_output(mlp_forward(in, n2, T(), s_.ffn, l.mlp));
     if (in != n2) drop(in);
     drop(n2);  // the local reference; gate and up keep theirs
+    if (norm_recompute()) {  // ... unless they compute it again in backward
+      drop(l.mlp.in);
+      l.mlp.in = Timeline::kNone;
+    }
     const Id out = ew(Tn() * H() * e_, 2);  // h + mlp
     drop(down);
     drop(h);  // DecoderLayer::forward's local h (in fp32 still saved by the norm)
@@ -52,6 +59,7 @@ class Replay : public MoeReplay {
   Id dense_backward_inner(Id g, DenseLayer& l) {
     // The residual passes g on unchanged; the MLP branch's input gradient comes back through norm2.
     const Id gm = gather_grad_copy(g);
+    if (norm_recompute()) l.mlp.in = norm_nograd(Timeline::kNone, Tn());  // the norm's output again
     const Id gn = mlp_backward(gm, l.mlp, /*reduce=*/true);
     if (gm != g) drop(gm);
     norm_backward(gn, l.norm2, g);
@@ -212,36 +220,56 @@ class Replay : public MoeReplay {
       return seg;
     }
     const int64_t V = s_.vocab, bs = T();
+    // The head and the loss in chunks of rows (model/linear_cross_entropy.cpp): per chunk the
+    // logits [c, V] (upcast to fp32) and one fp32 temporary; only the input rows and an fp32
+    // log-sum-exp per row are saved.
+    const int64_t chunk = model::loss_chunk_rows(bs, V, H());
     t_.begin();
     NormSaved norm;
     const Id hn = norm_forward(x, Tn(), norm);
     drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
-    const Id in = gather_input(hn);
-    const Id logits = gemm(bs, V, H());  // saves its input
-    if (in != hn) {
-      drop(in);
+    const Id in = gather_input(hn);  // saved whole by the loss function (sp: the gathered rows)
+    const Id lse = alloc(bs * kF32);
+    for (int64_t s = 0; s < bs; s += chunk) {
+      const int64_t c = std::min(chunk, bs - s);
+      Id logits = gemm(c, V, H());
+      if (e_ != kF32) {
+        const Id up = ew(c * V * kF32);
+        drop(logits);
+        logits = up;
+      }
+      const Id exp = ew(c * V * kF32, 1);  // exp(logits - max), summed
+      drop(exp);
+      drop(logits);
     }
-    Id l32 = Timeline::kNone;
-    if (e_ != kF32) l32 = ew(bs * V * kF32);
-    const Id lsm = ew(bs * V * kF32, 1);  // log_softmax, saved
-    drop(alloc(2 * kF32));                 // nll_loss output and total weight
-    drop(l32);
-    drop(logits);  // Transformer::forward returns
+    if (in != hn) drop(hn);  // only the gathered rows are saved
     const Id loss = alloc(2 * kF32);  // loss_sum and the normalised loss
     seg.forward = t_.end();
     t_.begin();
-    const Id glsm = ew(bs * V * kF32);    // nll_loss backward
-    Id gl = ew(bs * V * kF32, 2);         // log_softmax backward
-    drop(glsm);
-    drop(lsm);
-    if (e_ != kF32) {
-      const Id cast = ew(bs * V * e_);
-      drop(gl);
-      gl = cast;
+    const Id gh = alloc(bs * H() * e_);  // zeros_like(h)
+    for (int64_t s = 0; s < bs; s += chunk) {
+      const int64_t c = std::min(chunk, bs - s);
+      Id g = gemm(c, V, H());  // the chunk's logits again
+      if (e_ != kF32) {
+        const Id up = ew(c * V * kF32);
+        drop(g);
+        g = up;
+      }
+      t_.costs().memory_bytes += 2.0 * double(c * V * kF32) * 4;  // softmax and one-hot, in place
+      if (e_ != kF32) {
+        const Id cast = ew(c * V * e_);
+        drop(g);
+        g = cast;
+      }
+      drop(gemm(c, H(), V));  // into the input gradient (mm_out)
+      const Id gw = gemm(V, H(), c);  // the weight gradient's piece, added into .grad
+      t_.costs().memory_bytes += 3.0 * double(V * H() * e_);
+      drop(gw);
+      drop(g);
     }
-    // The LM head is column-parallel (a tied head too: it accumulates into the embedding's grad).
-    const Id gh = column_backward({gl}, {V}, hn, bs, sp(), /*reduce=*/true);
-    const Id gx = norm_backward(gh, norm, Timeline::kNone);
+    drop(lse);
+    drop(in);
+    const Id gx = norm_backward(reduce_grad(gh), norm, Timeline::kNone);
     drop(loss);
     (void)gx;
     seg.backward = t_.end();

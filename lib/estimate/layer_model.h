@@ -14,7 +14,9 @@
 
 namespace trainer::estimate {
 
-enum class Recompute { None, Selective, Full };
+// none; core_attention: the attention core; selective: the attention core and the norms (the
+// linears after a norm compute its output again in backward); full: whole layers.
+enum class Recompute { None, CoreAttention, Selective, Full };
 enum class Device { Cpu, Gpu };
 
 Recompute parse_recompute(const std::string& name);

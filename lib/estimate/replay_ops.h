@@ -57,6 +57,10 @@ class ReplayOps {
   }
 
   bool sp() const { return s_.sequence_parallel && s_.tp > 1; }
+  // The attention core runs without autograd and again in backward (core_attention, selective).
+  bool core_recompute() const { return s_.recompute == Recompute::Selective || s_.recompute == Recompute::CoreAttention; }
+  // The linears after a norm compute its output again in backward (selective).
+  bool norm_recompute() const { return s_.recompute == Recompute::Selective; }
   int64_t T() const { return s_.tokens(); }
   int64_t Tn() const { return s_.norm_tokens(); }
   int64_t H() const { return s_.hidden; }
@@ -117,21 +121,18 @@ class ReplayOps {
     return r;
   }
 
-  // --- RMSNorm (layers.cpp): x32 = x.float(); normed = x32 * rsqrt(mean(x32^2) + eps);
-  //     out = w * normed.to(dtype) -----------------------------------------------------------
+  // --- RMSNorm (rms_norm.cpp): x32 = x.float(); rstd = rsqrt(mean(x32^2) + eps);
+  //     out = w * (x32 * rstd).to(dtype); one autograd function saving x and rstd only ----------
   struct NormSaved {
-    Id x32 = Timeline::kNone, rs = Timeline::kNone, normed = Timeline::kNone;
+    Id x = Timeline::kNone, rs = Timeline::kNone;
     int64_t tokens = 0;
   };
   Id norm_forward(Id x, int64_t tokens, NormSaved& saved) {
     const int64_t n = tokens * H();
     saved.tokens = tokens;
-    if (e_ == kF32) {
-      saved.x32 = x;
-      hold(x);  // saved by pow and by the mul
-    } else {
-      saved.x32 = ew(n * kF32);  // the fp32 copy, saved
-    }
+    saved.x = x;
+    hold(x);
+    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);  // the fp32 copy, a temporary
     const Id pow = ew(n * kF32);
     const Id mean = ew(tokens * kF32);
     drop(pow);
@@ -145,53 +146,63 @@ class ReplayOps {
       drop(normed);
       normed = cast;
     }
-    saved.normed = normed;  // saved by the weight mul
-    return ew(n * e_, 2);
+    const Id out = ew(n * e_, 2);
+    drop(normed);
+    drop(x32);
+    return out;
   }
-  // Returns the gradient of x. With `resid` (the residual stream's gradient buffer) the result
-  // is accumulated into it in place, as autograd's input buffer does, and `resid` is returned.
+  // Returns the gradient of x (g is consumed). With `resid` (the residual stream's gradient
+  // buffer) the result is accumulated into it in place, as autograd's input buffer does, and
+  // `resid` is returned.
   Id norm_backward(Id g, const NormSaved& saved, Id resid) {
     const int64_t n = saved.tokens * H();
-    Id gn = ew(n * e_, 2);         // g * w
-    const Id tmp = ew(n * e_, 2);  // g * normed, summed into the weight gradient
+    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
+    // The weight's gradient: normed again, g * normed summed over rows.
+    Id normed = ew(n * kF32, 2);
+    if (e_ != kF32) {
+      const Id cast = ew(n * e_);
+      drop(normed);
+      normed = cast;
+    }
+    const Id tmp = ew(n * e_, 2);
     const Id gw = ew(H() * e_);
     drop(tmp);
-    drop(saved.normed);
-    drop(g);
+    drop(normed);
     drop(gw);
+    // x's gradient, with autograd's kernels: g * w (upcast), the rstd branch, the pow branch.
+    Id gn = ew(n * e_, 2);
     if (e_ != kF32) {
       const Id g32 = ew(n * kF32);
       drop(gn);
       gn = g32;
     }
-    const Id gx1 = ew(n * kF32, 2);   // gn * rs
-    const Id tmp2 = ew(n * kF32, 2);  // gn * x32, summed for rs
+    const Id tmp2 = ew(n * kF32, 2);  // gn * x32, summed for rstd
     const Id grs = ew(saved.tokens * kF32);
     drop(tmp2);
-    drop(gn);
-    const bool into_resid = resid != Timeline::kNone && e_ == kF32;
-    Id acc = gx1;
-    if (into_resid) {
-      accumulate(resid, gx1);
-      acc = resid;
-    }
-    const Id gpow = ew(n * kF32);  // through rsqrt, add, mean
+    const Id gsq = ew(n * kF32);      // through rsqrt and mean: expanded / H
     drop(grs);
+    const Id p1 = ew(n * kF32);       // x.pow(1)
+    const Id p2 = ew(n * kF32);       // 2 * ...
+    drop(p1);
+    const Id p3 = ew(n * kF32, 2);
+    drop(p2);
+    drop(gsq);
+    const Id a = ew(n * kF32, 2);     // gn * rstd
+    Id gx = ew(n * kF32, 2);          // the sum
+    drop(a);
+    drop(p3);
+    drop(gn);
+    if (e_ != kF32) {
+      const Id cast = ew(n * e_);
+      drop(gx);
+      gx = cast;
+    }
+    drop(x32);
+    drop(g);
     drop(saved.rs);
-    // pow backward: grad * (2 * x.pow(1)), three temporaries alive together.
-    const Id ta = ew(n * kF32);
-    const Id tb = ew(n * kF32);
-    const Id tc = ew(n * kF32, 2);
-    drop(ta);
-    drop(tb);
-    drop(gpow);
-    accumulate(acc, tc);
-    drop(saved.x32);
-    if (e_ == kF32) return acc;
-    const Id cast = ew(n * e_);  // x.float() backward
-    drop(acc);
-    if (resid == Timeline::kNone) return cast;
-    accumulate(resid, cast);
+    drop(saved.x);
+    if (resid == Timeline::kNone) return gx;
+    accumulate(resid, gx);
     return resid;
   }
 
@@ -373,13 +384,18 @@ class ReplayOps {
     const Id q = gemm(T(), qd, H());
     const Id k = gemm(T(), kvd, H());
     const Id v = gemm(T(), kvd, H());
-    // column_parallel_linear saves the (sharded) input once for q, k and v: the local reference.
+    // column_parallel_linear saves the (sharded) input once for q, k and v: the local reference
+    // (none when it computes the norm's output again in backward).
     if (in != n1) drop(in);
+    if (norm_recompute()) {
+      drop(n1);
+      a.norm_out = Timeline::kNone;
+    }
     a.core.q = rope_forward(q, q_bytes());
     a.core.k = rope_forward(k, kv_bytes());
     a.core.v = v;
     Id lse = Timeline::kNone;
-    if (s_.recompute == Recompute::Selective) {
+    if (core_recompute()) {
       // recompute(core, {q, k, v}): saves q, k, v; the core runs without autograd.
       a.core.out = sdpa_forward(/*keep_lse=*/false, lse);
     } else {
@@ -392,7 +408,7 @@ class ReplayOps {
     hold(a.o_in);
     const Id o = reduce_output(gemm(T(), H(), qd));
     // Without recompute the flash node saves out; with selective recompute nothing does.
-    if (s_.recompute == Recompute::Selective) drop(a.core.out);
+    if (core_recompute()) drop(a.core.out);
     a.h = ew(Tn() * H() * e_, 2);  // h = x + o
     drop(o);
     return a.h;
@@ -404,7 +420,7 @@ class ReplayOps {
     // o_proj: its input gradient is the gradient of the attention output.
     const Id go = gather_grad_copy(g);
     const Id gout = linear_backward(go, T(), H(), qd, a.o_in, /*drop_grad=*/go != g);
-    if (s_.recompute == Recompute::Selective) {
+    if (core_recompute()) {
       // Recompute the core with autograd (out and lse saved again), then its backward.
       Id lse = Timeline::kNone;
       a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
@@ -414,6 +430,7 @@ class ReplayOps {
     sdpa_backward(gout, a.core, dq, dk, dv);
     const Id gk = rope_backward(dk, kv_bytes());
     const Id gq = rope_backward(dq, q_bytes());
+    if (norm_recompute()) a.norm_out = norm_nograd(Timeline::kNone, Tn());  // the norm's output again
     const Id gn = column_backward({gq, gk, dv}, {qd, kvd, kvd}, a.norm_out, T(), sp(), /*reduce=*/true);
     return norm_backward(gn, a.norm, g);
   }
@@ -425,10 +442,10 @@ class ReplayOps {
     return alloc(T() * H() * e_);
   }
 
-  // --- SwiGLU MLP (layers.cpp): down(silu(gate(x)) * up(x)) ------------------------------------
+  // --- SwiGLU MLP (layers.cpp): down(silu(gate(x)) * up(x)); the down projection is one function
+  //     that saves gate and up and recomputes the product in backward (parallel_linear.cpp) ------
   struct MlpSaved {
-    Id in = Timeline::kNone, gate = Timeline::kNone, silu = Timeline::kNone, up = Timeline::kNone,
-       mul = Timeline::kNone;
+    Id in = Timeline::kNone, gate = Timeline::kNone, up = Timeline::kNone;
     int64_t rows = 0, width = 0;
     bool regather = false;
   };
@@ -441,24 +458,37 @@ class ReplayOps {
     m.regather = saved != x;
     hold(saved);  // gate and up save it once (column_parallel_linear)
     m.gate = gemm(rows, width, H());
-    m.silu = ew(rows * width * e_);
     m.up = gemm(rows, width, H());
-    m.mul = ew(rows * width * e_, 2);
-    return gemm(rows, H(), width);
+    const Id silu = ew(rows * width * e_);
+    const Id product = ew(rows * width * e_, 2);
+    drop(silu);
+    const Id out = gemm(rows, H(), width);
+    drop(product);
+    return out;
   }
   // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input, with
   // `reduce` reduced over tp by the gate/up column-parallel backward.
   Id mlp_backward(Id g, MlpSaved& m, bool reduce) {
     const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
-    const Id gmul = linear_backward(g, rows, H(), width, m.mul, /*drop_grad=*/false);
-    const Id gsilu = ew(act, 2);  // g * up
-    const Id gup = ew(act, 2);    // g * silu
-    drop(gmul);
-    drop(m.silu);
-    drop(m.up);
-    const Id ggate = ew(act, 2);  // silu backward
-    drop(gsilu);
+    // The down projection's weight gradient first, from the product computed again.
+    const Id silu2 = ew(act);
+    const Id product = ew(act, 2);
+    drop(silu2);
+    const Id gw = gemm(H(), width, rows);
+    t_.costs().memory_bytes += 3.0 * double(H() * width * e_);  // .grad += dW
+    drop(gw);
+    drop(product);
+    const Id gprod = gemm(rows, width, H());  // g W_down
+    // swiglu_backward: d up = g * silu(gate), d gate = silu_backward(g * up, gate).
+    const Id silu = ew(act);
+    const Id gup = ew(act, 2);
+    drop(silu);
+    const Id t = ew(act, 2);
+    const Id ggate = ew(act, 2);
+    drop(t);
+    drop(gprod);
     drop(m.gate);
+    drop(m.up);
     return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
   }
 
@@ -475,8 +505,6 @@ class ReplayOps {
     const Id rs = ew(tokens * kF32);
     drop(add);
     Id normed = ew(n * kF32, 2);
-    drop(rs);
-    drop(x32);
     if (e_ != kF32) {
       const Id cast = ew(n * e_);
       drop(normed);
@@ -484,6 +512,8 @@ class ReplayOps {
     }
     const Id out = ew(n * e_, 2);
     drop(normed);
+    drop(rs);
+    drop(x32);
     (void)x;
     return out;
   }
@@ -511,14 +541,14 @@ class ReplayOps {
   }
   Id mlp_nograd(Id x, int64_t rows, int64_t width) {
     const Id gate = gemm(rows, width, H());
-    const Id silu = ew(rows * width * e_);
-    drop(gate);
     const Id up = gemm(rows, width, H());
+    const Id silu = ew(rows * width * e_);
     const Id mul = ew(rows * width * e_, 2);
     drop(silu);
-    drop(up);
     const Id down = gemm(rows, H(), width);
     drop(mul);
+    drop(gate);
+    drop(up);
     (void)x;
     return down;
   }

@@ -32,10 +32,10 @@ at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                              bool recompute_core) const {
+                              bool recompute_core, const InputAgain& again) const {
   // One tp communication for the three column-parallel projections; with sequence parallelism x
   // is this rank's chunk of the sequence and the projections see the whole of it.
-  const auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_});
+  const auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_}, again);
   const int64_t t = qkv[0].size(0), b = qkv[0].size(1);
   // [s, b, heads, d]: rotary over the sequence (dimension 0), then [b, heads, s, d] views for SDPA.
   const at::Tensor cos4 = cos.view({t, 1, 1, head_dim_}), sin4 = sin.view({t, 1, 1, head_dim_});

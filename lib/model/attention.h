@@ -19,8 +19,10 @@ class Attention {
 
   // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
   // the whole sequence. `recompute_core`: keep no attention-core
-  // activations, recompute them in backward (selective recomputation).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core) const;
+  // activations, recompute them in backward (selective recomputation). `again`: x computed again
+  // in backward instead of saved by the q/k/v projections.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core,
+                     const InputAgain& again = {}) const;
 
   // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d] (T: this
   // rank's part of the sequence under context parallelism).

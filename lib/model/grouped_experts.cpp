@@ -9,6 +9,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "model/parallel_linear.h"
 #include "model/weight_use.h"
 
 namespace trainer::model {
@@ -124,17 +125,8 @@ struct GroupedSwiglu : public torch::autograd::Function<GroupedSwiglu> {
       const ProjectionUse down(w2, aten);
       da = grouped_mm(go, down, false, lengths, offsets);
     }
-    // silu(h1) * h3 differentiated as autograd would: silu'(x) = s (1 + x (1 - s)), s = sigmoid(x);
-    // in place where possible, so that few [rows, width] temporaries live at once.
-    at::Tensor s = at::sigmoid(h1);
-    const at::Tensor silu = h1 * s;
-    const at::Tensor dh3 = da * silu;
-    at::Tensor dsilu = 1 - s;
-    dsilu.mul_(h1).add_(1).mul_(s);
-    s.reset();
-    at::Tensor dh1 = da * h3;
-    dh1.mul_(dsilu);
-    dsilu.reset();
+    // silu(h1) * h3 differentiated as autograd would (the same kernels).
+    auto [dh1, dh3] = swiglu_backward(da, h1, h3);
     da.reset();
     at::Tensor grad_rows;
     if (ctx->needs_input_grad(0)) {
@@ -143,9 +135,10 @@ struct GroupedSwiglu : public torch::autograd::Function<GroupedSwiglu> {
       grad_rows.add_(grouped_mm(dh3, up, false, lengths, offsets));
     }
     if (ctx->needs_input_grad(1))
-      weight_gradient(handle->queue, [go, silu, h3, dh1, dh3, rows, lengths, offsets, w1, w3, w2] {
-        // One projection at a time, each expert's gradient added as it is computed.
-        for_each_weight_grad(go, silu * h3, lengths, offsets, [&](size_t e, const at::Tensor& g) { accumulate_gradient(*w2[e], g); });
+      weight_gradient(handle->queue, [go, h1, h3, dh1 = dh1, dh3 = dh3, rows, lengths, offsets, w1, w3, w2] {
+        // One projection at a time, each expert's gradient added as it is computed; the product
+        // silu(h1) * h3 computed again for the down projection's.
+        for_each_weight_grad(go, at::silu(h1) * h3, lengths, offsets, [&](size_t e, const at::Tensor& g) { accumulate_gradient(*w2[e], g); });
         for_each_weight_grad(dh1, rows, lengths, offsets, [&](size_t e, const at::Tensor& g) { accumulate_gradient(*w1[e], g); });
         for_each_weight_grad(dh3, rows, lengths, offsets, [&](size_t e, const at::Tensor& g) { accumulate_gradient(*w3[e], g); });
       });

@@ -1,12 +1,14 @@
 #include "model/layers.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include <stdexcept>
 
 #include "model/linear_function.h"
 #include "model/parallel_linear.h"
+#include "model/rms_norm.h"
 #include "parallel/tensor/communication.h"
 
 namespace trainer::model {
@@ -64,11 +66,19 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
   return row_parallel_linear(x, *param_, queue_, TpComm{tp_.group, tp_.sp()});
 }
 
-std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears) {
+at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up) const {
+  if (kind_ == LinearKind::Column) throw std::logic_error("forward_swiglu is for a row-parallel or whole linear");
+  if (kind_ == LinearKind::Replicated || tp_.size == 1) return swiglu_down_linear(gate, up, *param_, queue_, TpComm{});
+  require_group(tp_, param_->name);
+  return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+}
+
+std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
+                                                 const InputAgain& again) {
   const Linear& first = *linears.front();
   if (first.tp_.size == 1) {
     std::vector<at::Tensor> out;
-    for (const Linear* l : linears) out.push_back(linear(x, *l->param_, l->queue_));
+    for (const Linear* l : linears) out.push_back(linear(x, *l->param_, l->queue_, again));
     return out;
   }
   std::vector<Parameter*> params;
@@ -78,7 +88,7 @@ std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std:
     params.push_back(l->param_);
   }
   require_group(first.tp_, first.param_->name);
-  return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp()});
+  return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp()}, again);
 }
 
 Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t padded_vocab,
@@ -110,10 +120,17 @@ RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, 
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x) const {
-  // At least fp32 (bf16 inputs are upcast as in Hugging Face; fp64 stays fp64 for gradient checks).
-  const at::Tensor x32 = x.to(at::promote_types(x.scalar_type(), at::kFloat));
-  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight_ * normed.to(x.scalar_type());
+  // At least fp32 (bf16 inputs are upcast as in Hugging Face; fp64 stays fp64 for gradient checks);
+  // saves x and a reciprocal root per row only (model/rms_norm.h).
+  return rms_norm(x, weight_, eps_);
+}
+
+InputAgain RmsNorm::again(const at::Tensor& x) const {
+  // x and the weight are what the norm's own function saves: nothing more is kept.
+  return [x = x.detach(), weight = weight_.detach(), eps = eps_] {
+    at::NoGradGuard no_grad;
+    return rms_norm(x, weight, eps);
+  };
 }
 
 SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate,
@@ -127,9 +144,10 @@ SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hi
                  LinearKind::Row, tp);
 }
 
-at::Tensor SwigluMlp::forward(const at::Tensor& x) const {
-  const auto gate_up = Linear::forward_together(x, {&gate_, &up_});
-  return down_.forward(at::silu(gate_up[0]) * gate_up[1]);
+at::Tensor SwigluMlp::forward(const at::Tensor& x, const InputAgain& again) const {
+  const auto gate_up = Linear::forward_together(x, {&gate_, &up_}, again);
+  // The down projection saves gate and up only and recomputes the product in backward.
+  return down_.forward_swiglu(gate_up[0], gate_up[1]);
 }
 
 }  // namespace trainer::model

@@ -11,6 +11,7 @@
 // tensor-parallel size above one but no group refuses to run.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,10 @@ struct ExpertParallel {
   ExpertTensorParallel etp;
 };
 
+// A linear's input that is not saved for backward but computed again there: a norm's output from
+// the norm's own saved input (recompute policy `selective`). Empty: the input is saved.
+using InputAgain = std::function<at::Tensor()>;
+
 enum class LinearKind {
   Replicated,  // full weight on every rank
   Column,      // output features split across tp ranks (q/k/v, gate/up, LM head)
@@ -84,10 +89,16 @@ class Linear {
   // A linear over an existing parameter (the LM head tied to the embedding); it counts one more use.
   Linear(ParameterSet& params, Parameter& shared, TensorParallel tp);
   at::Tensor forward(const at::Tensor& x) const;
+  // forward(silu(gate) * up) saving gate and up instead of the product (model/parallel_linear.h's
+  // swiglu_down_linear); a whole or row-parallel linear.
+  at::Tensor forward_swiglu(const at::Tensor& gate, const at::Tensor& up) const;
   // Column-parallel linears over one input, with one tp communication for all of them.
-  static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears);
+  static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
+                                                  const InputAgain& again = {});
   const at::Tensor& weight() const { return param_->tensor; }
-  const Parameter& parameter() const { return *param_; }
+  Parameter& parameter() const { return *param_; }
+  // Where its deferred weight gradients go (the LM head's chunked loss uses it too).
+  WeightGradQueue* queue() const { return queue_; }
 
  private:
   Parameter* param_ = nullptr;
@@ -126,6 +137,9 @@ class RmsNorm {
   RmsNorm() = default;
   RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp = {});
   at::Tensor forward(const at::Tensor& x) const;
+  // forward(x) again, without autograd: for the linears that read this norm's output to compute
+  // it in backward instead of saving it (the same values bit for bit).
+  InputAgain again(const at::Tensor& x) const;
 
  private:
   at::Tensor weight_;
@@ -139,7 +153,8 @@ class SwigluMlp {
   SwigluMlp() = default;
   SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate, TensorParallel tp,
             bool mixtral_names = false);
-  at::Tensor forward(const at::Tensor& x) const;
+  // `again`: x computed again in backward instead of saved by gate and up.
+  at::Tensor forward(const at::Tensor& x, const InputAgain& again = {}) const;
 
  private:
   Linear gate_, up_, down_;

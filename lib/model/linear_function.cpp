@@ -21,10 +21,13 @@ using detail::weight_gradient;
 struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   // `weight_leaf` is the parameter's tensor: passed so that the output requires grad, never read.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight_leaf,
-                            c10::intrusive_ptr<WeightHandle> handle) {
+                            c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<detail::InputAgainHandle> again) {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
-    ctx->save_for_backward({x});
+    if (again)
+      ctx->saved_data["again"] = c10::IValue::make_capsule(again);
+    else
+      ctx->save_for_backward({x});
     const WeightUse w(*handle->params[0]);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.get().size(0);
@@ -34,7 +37,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto handle = handle_of(ctx);
     Parameter& p = *handle->params[0];
-    const at::Tensor x = ctx->get_saved_variables()[0];
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor x = detail::saved_input(ctx, saved.empty() ? at::Tensor() : saved[0]);
     const at::Tensor go = grads[0].reshape({-1, grads[0].size(-1)});
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
@@ -43,7 +47,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     }
     if (ctx->needs_input_grad(1))
       weight_gradient(handle->queue, [go, x, &p] { accumulate_gradient(p, go.t().mm(x.reshape({-1, x.size(-1)}))); });
-    return {grad_x, at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -73,8 +77,10 @@ struct EmbeddingFunction : public torch::autograd::Function<EmbeddingFunction> {
 
 }  // namespace
 
-at::Tensor linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue) {
-  return LinearFunction::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue));
+at::Tensor linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue,
+                  const std::function<at::Tensor()>& again) {
+  return LinearFunction::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
+                               detail::again_handle(again));
 }
 
 at::Tensor embedding(const at::Tensor& tokens, Parameter& weight, WeightGradQueue* queue) {

@@ -11,13 +11,17 @@
 // model computes bit-identical results.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 #include "model/parameter.h"
 #include "model/weight_grad_queue.h"
 
 namespace trainer::model {
 
-// y = x W^T for x [..., in] and W = weight's local tensor [out, in].
-at::Tensor linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue);
+// y = x W^T for x [..., in] and W = weight's local tensor [out, in]. With `again` the input is not
+// saved: backward calls it to compute the input again (a norm's output, recomputed).
+at::Tensor linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue,
+                  const std::function<at::Tensor()>& again = {});
 
 // Rows of weight [vocab, hidden] for int64 token ids of any shape.
 at::Tensor embedding(const at::Tensor& tokens, Parameter& weight, WeightGradQueue* queue);

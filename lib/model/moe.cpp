@@ -177,11 +177,14 @@ std::pair<at::Tensor, std::vector<int64_t>> group_major(const std::vector<std::v
   return {at::tensor(order, at::kLong).to(device), totals};
 }
 
-// counts (int64 [n] on the CPU) of every rank of `group`, in rank order.
-std::vector<std::vector<int64_t>> exchange_counts(const std::vector<int64_t>& mine, comm::Communicator& group) {
-  at::Tensor input = at::tensor(mine, at::kLong);
-  at::Tensor output = at::empty({group.size() * int64_t(mine.size())}, at::kLong);
+// Every rank's counts in `group`, in rank order. The exchange runs on `device` (NCCL takes
+// device tensors only); the result comes to the host, which needs the split sizes.
+std::vector<std::vector<int64_t>> exchange_counts(const std::vector<int64_t>& mine, comm::Communicator& group,
+                                                  const at::Device& device) {
+  at::Tensor input = at::tensor(mine, at::kLong).to(device);
+  at::Tensor output = at::empty({group.size() * int64_t(mine.size())}, input.options());
   group.all_gather(output, input)->wait();
+  output = output.cpu();
   std::vector<std::vector<int64_t>> all(size_t(group.size()));
   const int64_t* p = output.data_ptr<int64_t>();
   for (auto& row : all) {
@@ -203,10 +206,11 @@ at::Tensor Moe::run_experts(at::Tensor sorted, const std::vector<int64_t>& lengt
   }
   const int64_t local = num_experts_ / ep_.size;
   // Counts first: got[s][l] = copies rank s sends to local expert l.
-  at::Tensor sent_counts = at::tensor(lengths, at::kLong);
+  at::Tensor sent_counts = at::tensor(lengths, at::kLong).to(sorted.device());  // NCCL: device tensors
   at::Tensor received_counts = at::empty_like(sent_counts);
   const std::vector<int64_t> per_rank(size_t(ep_.size), local);
   ep_.group->all_to_all(received_counts, sent_counts, per_rank, per_rank)->wait();
+  received_counts = received_counts.cpu();
   std::vector<std::vector<int64_t>> got(size_t(ep_.size));
   std::vector<int64_t> send_splits(size_t(ep_.size), 0), receive_splits(size_t(ep_.size), 0);
   for (int64_t r = 0; r < ep_.size; ++r) {
@@ -235,7 +239,7 @@ at::Tensor Moe::run_local_experts(at::Tensor rows, const std::vector<int64_t>& l
   // Every etp rank computes its slice of the experts' width for the rows of the whole etp group:
   // gather them (counts first), run, and send each rank the partial outputs of its own rows.
   const int64_t n = rows.size(0), hidden = rows.size(1);
-  const auto theirs = exchange_counts(lengths, *etp.group);
+  const auto theirs = exchange_counts(lengths, *etp.group, rows.device());
   std::vector<int64_t> their_rows;
   for (const auto& c : theirs) their_rows.push_back(sum(c));
   const std::vector<int64_t> mine(size_t(etp.size), n);

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <tuple>
+
 #include "model/weight_use.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -56,12 +58,15 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
   // `weight_leaves` are the parameters' tensors: passed so that the outputs require grad, never read.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weight_leaves,
                                c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<GroupHandle> group,
-                               bool sequence_parallel) {
+                               bool sequence_parallel, c10::intrusive_ptr<detail::InputAgainHandle> again) {
     (void)weight_leaves;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
-    ctx->save_for_backward({x});  // with sp the chunk, not the gathered copy
+    if (again)
+      ctx->saved_data["again"] = c10::IValue::make_capsule(again);
+    else
+      ctx->save_for_backward({x});  // with sp the chunk, not the gathered copy
     const at::Tensor total = sequence_parallel ? Gather(x, *group->group).wait() : x;
     variable_list outputs;
     for (Parameter* p : handle->params) {
@@ -75,7 +80,8 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
     const auto handle = handle_of(ctx);
     comm::Communicator& tp = group_of(ctx);
     const bool sp = ctx->saved_data["sp"].toBool();
-    const at::Tensor x = ctx->get_saved_variables()[0];
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor x = detail::saved_input(ctx, saved.empty() ? at::Tensor() : saved[0]);
     const size_t n = handle->params.size();
     // With sp the input is gathered again while the input-gradient GEMMs run.
     std::optional<Gather> regather;
@@ -103,7 +109,7 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
       weight_gradient(handle->queue,
                       [go = rows_of(grads[i]), in = rows_of(total), &p] { accumulate_gradient(p, go.t().mm(in)); });
     }
-    variable_list result(1 + n + 3);
+    variable_list result(1 + n + 4);
     if (reduce) {
       reduce->wait();
       result[0] = grad_x.view(x.sizes());
@@ -151,14 +157,82 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
   }
 };
 
+struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
+  // `group` null: one rank (no reduction).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
+                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel) {
+    (void)weight_leaf;
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["sp"] = sequence_parallel;
+    ctx->save_for_backward({gate, up});
+    const WeightUse w(*handle->params[0]);
+    const at::Tensor product = at::silu(gate) * up;
+    at::Tensor partial = rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
+    if (!group) return partial;
+    comm::Communicator& tp = *group->group;
+    if (!sequence_parallel) {
+      tp.all_reduce(partial, comm::ReduceOp::Sum)->wait();
+      return partial;
+    }
+    at::Tensor out;
+    start_reduce_scatter(out, partial, tp)->wait();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto handle = handle_of(ctx);
+    Parameter& p = *handle->params[0];
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor gate = saved[0], up = saved[1];
+    const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
+    const at::Tensor go =
+        group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
+    // The weight gradient first (unless deferred): its recomputed product is freed before the
+    // input gradient's temporaries exist.
+    if (ctx->needs_input_grad(2))
+      weight_gradient(handle->queue, [g = rows_of(go), gate, up, &p] {
+        accumulate_gradient(p, g.t().mm(rows_of(at::silu(gate) * up)));
+      });
+    at::Tensor grad_gate, grad_up;
+    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
+      at::Tensor grad_product;
+      {
+        const WeightUse w(p);
+        grad_product = rows_of(go).mm(w.get()).view(gate.sizes());
+      }
+      std::tie(grad_gate, grad_up) = swiglu_backward(grad_product, gate, up);
+    }
+    return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
+std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
+  // mul's backward (grad * other for each side), then silu's on the gate side.
+  at::Tensor grad_up = grad * at::silu(gate);
+  at::Tensor grad_gate = at::silu_backward(grad * up, gate);
+  return {grad_gate, grad_up};
+}
+
+at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Parameter& weight, WeightGradQueue* queue,
+                              TpComm tp) {
+  return SwigluDownLinear::apply(gate, up, weight.tensor,
+                                 c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
+                                 tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
+                                 tp.sequence_parallel);
+}
+
 std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,
-                                               WeightGradQueue* queue, TpComm tp) {
+                                               WeightGradQueue* queue, TpComm tp,
+                                               const std::function<at::Tensor()>& again) {
   std::vector<at::Tensor> leaves;
   for (Parameter* p : weights) leaves.push_back(p->tensor);
   return ColumnParallelLinear::apply(x, at::TensorList(leaves), c10::make_intrusive<WeightHandle>(weights, queue),
-                                     c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel);
+                                     c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel,
+                                     detail::again_handle(again));
 }
 
 at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp) {

@@ -13,6 +13,8 @@
 // every sequence chunk is contiguous and no boundary needs a transpose.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -30,12 +32,26 @@ struct TpComm {
 // y_i = x W_i^T for each W_i, this rank's rows [out_i / tp, in] of the global weight. x is
 // replicated over tp ([s, b, in]; its gradient is all-reduced) or, with sequence parallelism, this
 // rank's chunk [s / tp, b, in] of the sequence (all-gathered; its gradient reduce-scattered).
+// With `again` the input (the chunk with sp) is not saved: backward calls it to compute it again.
 std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,
-                                               WeightGradQueue* queue, TpComm tp);
+                                               WeightGradQueue* queue, TpComm tp,
+                                               const std::function<at::Tensor()>& again = {});
 
 // y = x W^T for W this rank's columns [out, in / tp] and x [s, b, in / tp]: the partial products
 // are summed over tp, all-reduced ([s, b, out] on every rank) or, with sequence parallelism,
 // reduce-scattered along the sequence ([s / tp, b, out]; the gradient is all-gathered in backward).
 at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp);
+
+// The SwiGLU MLP's second half, down(silu(gate) * up), as one function that saves only gate and
+// up: the product is recomputed in backward (for the weight gradient) instead of kept from
+// forward. Row-parallel like row_parallel_linear when tp.group is set (sizes as there, gate and
+// up [s, b, I / tp]); one rank otherwise. Values and gradients equal the unfused autograd graph's
+// bit for bit (the same kernels in the same order).
+at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Parameter& weight, WeightGradQueue* queue,
+                              TpComm tp);
+
+// The gradients of silu(gate) * up for the product's gradient `grad` (as autograd computes them):
+// {d gate, d up}.
+std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up);
 
 }  // namespace trainer::model

@@ -8,12 +8,14 @@
 #include "model/aux_loss_scaler.h"
 #include "model/recompute.h"
 #include "parallel/context/zigzag.h"
-#include "parallel/tensor/vocab_parallel_loss.h"
+#include "model/linear_cross_entropy.h"
+#include "parallel/tensor/communication.h"
 
 namespace trainer::model {
 
 Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::None;
+  if (name == "core_attention") return Recompute::CoreAttention;
   if (name == "selective") return Recompute::Selective;
   if (name == "full") return Recompute::Full;
   throw std::invalid_argument("unknown recompute mode " + name);
@@ -35,8 +37,11 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
 
 std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const at::Tensor& cos,
                                                         const at::Tensor& sin, const at::Tensor& token_keys,
-                                                        bool recompute_attention_core) const {
-  const at::Tensor h = x + attention_.forward(input_norm_.forward(x), cos, sin, recompute_attention_core);
+                                                        bool recompute_attention_core, bool recompute_norms) const {
+  // With recompute_norms the linears after each norm compute its output again in backward
+  // instead of saving it (the norm keeps its input, which is saved anyway).
+  const at::Tensor h = x + attention_.forward(input_norm_.forward(x), cos, sin, recompute_attention_core,
+                                              recompute_norms ? input_norm_.again(x) : InputAgain());
   const at::Tensor normed = post_attention_norm_.forward(h);
   if (moe_) {
     MoeOutput out = moe_->forward(normed, token_keys);
@@ -44,7 +49,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, con
                                          z_loss_scale_);
     return {y, out.aux_loss};
   }
-  return {h + mlp_->forward(normed), at::Tensor()};
+  return {h + mlp_->forward(normed, recompute_norms ? post_attention_norm_.again(h) : InputAgain()), at::Tensor()};
 }
 
 Transformer::Transformer(const ModelOptions& options)
@@ -114,7 +119,9 @@ void Transformer::begin_step() const {
 
 at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
                                    const at::Tensor& token_keys, at::Tensor* aux) const {
-  const bool selective = options_.recompute == Recompute::Selective;
+  // selective: the attention core and the norms; core_attention: the attention core only.
+  const bool core = options_.recompute == Recompute::Selective || options_.recompute == Recompute::CoreAttention;
+  const bool norms = options_.recompute == Recompute::Selective;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
@@ -123,14 +130,14 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
       const bool moe = layer.is_moe();
       auto outputs = recompute(
           [&layer, cos = cos, sin = sin, token_keys = token_keys, moe](const std::vector<at::Tensor>& in) {
-            auto [h, layer_aux] = layer.forward(in[0], cos, sin, token_keys, false);
+            auto [h, layer_aux] = layer.forward(in[0], cos, sin, token_keys, false, false);
             return moe ? std::vector<at::Tensor>{h, layer_aux} : std::vector<at::Tensor>{h};
           },
           {x});
       x = outputs[0];
       if (moe) *aux = *aux + outputs[1];
     } else {
-      auto [h, layer_aux] = layer.forward(x, cos, sin, token_keys, selective);
+      auto [h, layer_aux] = layer.forward(x, cos, sin, token_keys, core, norms);
       x = h;
       if (layer_aux.defined()) *aux = *aux + layer_aux;
     }
@@ -191,22 +198,20 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
 at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
   const at::Tensor h = final_norm_.forward(x);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
-  // whole sequence (gathered from the sequence-parallel chunks). Logits are [s, b, V_local].
-  const at::Tensor logits = lm_head_.forward(h);
+  // whole sequence (gathered from the sequence-parallel chunks; the gradient is reduce-scattered
+  // back, or all-reduced without sp). Head and loss run together in chunks of rows
+  // (model/linear_cross_entropy.h): no [tokens, V] logits for the whole micro-batch.
+  at::Tensor full = h;
+  const TensorParallel& tp = options_.tp;
+  if (tp.size > 1) full = tp.sp() ? parallel::gather_from_sp(h, *tp.group) : parallel::copy_to_tp(h, *tp.group);
+  // [s, b, H] rows in (position, sample) order, as the targets [b, s] transposed.
+  const at::Tensor rows = full.reshape({-1, full.size(-1)});
   const at::Tensor flat_targets = targets.t().reshape({-1});
-  // At least fp32 (bf16 logits are upcast; an fp64 model for gradient checks keeps fp64).
-  at::Tensor flat = logits.reshape({-1, logits.size(-1)}).to(at::promote_types(logits.scalar_type(), at::kFloat));
-  if (options_.tp.size == 1) {
-    // Padding columns (vocabulary padded past vocab_size) take no part in the softmax.
-    if (flat.size(1) > options_.config.vocab_size) flat = flat.narrow(1, 0, options_.config.vocab_size);
-    out->loss_sum = at::cross_entropy_loss(flat, flat_targets, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex);
-  } else {
-    // Vocabulary-parallel cross-entropy: max, sum-exp and target logit reduced over tp.
-    const ShardSpec& rows = lm_head_.parameter().shards.at(0);
-    out->loss_sum = parallel::vocab_parallel_cross_entropy_sum(flat, flat_targets, rows.offset,
-                                                               options_.config.vocab_size, kIgnoreIndex,
-                                                               *options_.tp.group);
-  }
+  Parameter& head = lm_head_.parameter();
+  const int64_t vocab_begin = head.shards.empty() ? 0 : head.shards.front().offset;
+  out->loss_sum = linear_cross_entropy_sum(rows, head, lm_head_.queue(), flat_targets, vocab_begin,
+                                           options_.config.vocab_size, kIgnoreIndex, tp.size > 1 ? tp.group : nullptr,
+                                           loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)));
   out->tokens = targets.numel();
   return out->loss_sum;
 }

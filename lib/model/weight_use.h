@@ -26,6 +26,22 @@ inline c10::intrusive_ptr<WeightHandle> handle_of(torch::autograd::AutogradConte
   return c10::static_intrusive_pointer_cast<WeightHandle>(ctx->saved_data["weight"].toCapsule());
 }
 
+// A linear's input computed again in backward instead of saved (model/layers.h's InputAgain).
+struct InputAgainHandle : torch::CustomClassHolder {
+  explicit InputAgainHandle(std::function<at::Tensor()> f) : compute(std::move(f)) {}
+  std::function<at::Tensor()> compute;
+};
+
+inline c10::intrusive_ptr<InputAgainHandle> again_handle(const std::function<at::Tensor()>& again) {
+  return again ? c10::make_intrusive<InputAgainHandle>(again) : c10::intrusive_ptr<InputAgainHandle>();
+}
+
+// The input a linear saved, or computed again.
+inline at::Tensor saved_input(torch::autograd::AutogradContext* ctx, const at::Tensor& saved) {
+  if (!ctx->saved_data.count("again")) return saved;
+  return c10::static_intrusive_pointer_cast<InputAgainHandle>(ctx->saved_data["again"].toCapsule())->compute();
+}
+
 // The full weight for one use, released by the destructor (ZeRO-3 gathers; otherwise the tensor).
 class WeightUse {
  public:

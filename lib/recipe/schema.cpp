@@ -190,8 +190,9 @@ std::vector<KeySpec> build_schema() {
                          "Compute precision; bf16 keeps fp32 master weights and optimizer states."),
                      {"bf16", "fp32"}));
   s.push_back(one_of(key("training.recompute", K::String, "none",
-                         "Activation recomputation: none, selective (attention core) or full (whole layers)."),
-                     {"none", "selective", "full"}));
+                         "Activation recomputation: none, core_attention (the attention core), selective (the "
+                         "attention core and the norms) or full (whole layers)."),
+                     {"none", "core_attention", "selective", "full"}));
   s.push_back(at_least(key("training.grad_clip", K::Number, 1.0, "Clip the global gradient norm to this; 0: off."), 0));
 
   // --- optimizer ---------------------------------------------------------------------------

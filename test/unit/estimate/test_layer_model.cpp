@@ -26,21 +26,21 @@ RankShape cpu_shape(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, 
   return r;
 }
 
-// What one dense layer saves for backward in fp32 (RMSNorm saves its rsqrt, its normalised
-// input and (by the linears) its output; the input x is the previous layer's output):
-// 6 [T,H] (two norms' normed and out, the residual h, the output) + q and out [T, heads*d] +
-// k and v [T, kv*d] + 4 [T,I] (gate, silu, up, their product) + 2 rsqrt [T] + lse [b, heads, s].
+// What one dense layer saves for backward in fp32 (RMSNorm saves its input and an rsqrt per row,
+// the linears its output; the input x is the previous layer's output; the SwiGLU's down
+// projection saves gate and up and recomputes their product): 4 [T,H] (the two norms' outputs,
+// the residual h, the output) + q and out [T, heads*d] + k and v [T, kv*d] + 2 [T,I] (gate, up) +
+// 2 rsqrt [T] + lse [b, heads, s].
 int64_t dense_fp32_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
   const int64_t T = b * s, d = h / heads;
-  return 4 * (6 * T * h + 2 * T * heads * d + 2 * T * kv * d + 4 * T * ffn + 2 * T + b * heads * s);
+  return 4 * (4 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn + 2 * T + b * heads * s);
 }
 
-// In bf16 each norm saves an fp32 copy of its input (4 bytes) plus bf16 normed and output, the
-// residual h is not saved (its fp32 copy is), and the layer input dies with the forward.
+// In bf16 the same tensors in 2 bytes (the norms keep their bf16 input, not an fp32 copy); the
+// rsqrt and the lse stay fp32.
 int64_t dense_bf16_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
   const int64_t T = b * s, d = h / heads;
-  return 2 * 4 * T * h + 2 * 4 * T + 4 * 2 * T * h + 2 * 2 * T * heads * d + 2 * 2 * T * kv * d + 4 * b * heads * s +
-         4 * 2 * T * ffn;
+  return 2 * (4 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn) + 4 * (2 * T + b * heads * s);
 }
 
 }  // namespace
@@ -48,12 +48,14 @@ int64_t dense_bf16_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t
 TEST_CASE("dense layer activations - fp32 - by hand", "[estimate]") {
   // The layer traced on the CPU allocator: b 1, s 24, H 64, 4 heads, 2 kv heads, I 96.
   const auto m = model_micro_batch(cpu_shape(1, 24, 64, 4, 2, 96, 1000, 4));
-  CHECK(m.dense.forward.net == 92736);
+  CHECK(m.dense.forward.net == 62016);
   CHECK(m.dense.forward.net == dense_fp32_saved(1, 24, 64, 4, 2, 96));
-  CHECK(m.dense.forward.peak == 98880);    // + the norm's pow temporary before it is freed
-  CHECK(m.dense.backward.net == -92736);   // everything saved is released, the gradient replaces itself
-  CHECK(m.dense.backward.peak == 33792);   // down_proj: its weight gradient [H,I] + input gradient [T,I]
-  CHECK(m.dense.backward.peak == 64 * 96 * 4 + 24 * 96 * 4);
+  CHECK(m.dense.forward.peak == 74304);    // + two [T,H] temporaries of the norm and the MLP output
+  CHECK(m.dense.backward.net == -62016);   // everything saved is released, the gradient replaces itself
+  // down_proj first: its weight gradient [H,I] beside the recomputed product [T,I] (and a [T, kv*d]
+  // of the attention backward's later peak fits under it).
+  CHECK(m.dense.backward.peak == 36864);
+  CHECK(m.dense.backward.peak == 64 * 96 * 4 + 24 * 96 * 4 + 24 * 32 * 4);
   for (auto [b, s, h, heads, kv, ffn] : std::vector<std::array<int64_t, 6>>{
            {2, 128, 128, 4, 2, 352}, {3, 16, 32, 2, 1, 100}, {1, 256, 256, 8, 8, 64}}) {
     const auto mm = model_micro_batch(cpu_shape(b, s, h, heads, kv, ffn, 256, 4));
@@ -71,12 +73,16 @@ TEST_CASE("dense layer activations - bf16 - by hand", "[estimate]") {
   }
 }
 
-TEST_CASE("recompute: selective drops the attention core's lse - full keeps one [T H] per layer", "[estimate]") {
+TEST_CASE("recompute: core_attention drops the lse - selective also the norms' outputs - full keeps one [T H] per layer", "[estimate]") {
   const int64_t b = 2, s = 64, h = 128, heads = 4;
   const auto none = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::None));
+  const auto core = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::CoreAttention));
   const auto selective = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::Selective));
   const auto full = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::Full));
-  CHECK(none.dense.forward.net - selective.dense.forward.net == b * heads * s * 4);
+  CHECK(none.dense.forward.net - core.dense.forward.net == b * heads * s * 4);
+  // The two norm outputs [T, H] the q/k/v and gate/up projections no longer save.
+  CHECK(core.dense.forward.net - selective.dense.forward.net == 2 * b * s * h * 4);
+  CHECK(selective.dense.backward.costs.memory_bytes > core.dense.backward.costs.memory_bytes);
   CHECK(full.dense.forward.net == b * s * h * 4);
   // Backward pays for it: full recomputes the layer, so its backward climbs higher.
   CHECK(full.dense.backward.peak > none.dense.backward.peak);
@@ -92,22 +98,23 @@ TEST_CASE("GPU flash attention keeps no per-thread buffers - its backward an fp3
   CHECK(cpu.dense.forward.peak >= gpu.dense.forward.peak);
 }
 
-TEST_CASE("logits and loss: log-softmax saved in fp32 - three [T V] fp32 buffers in its backward", "[estimate]") {
-  // Large vocabulary, small width, so the loss dominates the head.
-  const int64_t b = 1, s = 256, h = 32, V1 = 4096, V2 = 8192, T = b * s;
+TEST_CASE("logits and loss in chunks: no [T V] buffer - only the weight-gradient piece [V H] grows with V", "[estimate]") {
+  // Large vocabulary, small width, so the loss dominates the head. Chunks of T / ceil(V / H) rows:
+  // each chunk's logits are about [T, H] whatever V is (model/loss_chunks.h).
+  const int64_t b = 1, s = 256, h = 32, V1 = 4096, V2 = 8192;
   const auto m1 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V1, 4));
   const auto m2 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V2, 4));
-  // After the forward only log_softmax's output [T,V] fp32 stays.
-  CHECK(m2.head_last.forward.net - m1.head_last.forward.net == T * (V2 - V1) * 4);
-  // Forward peak: logits and log-softmax side by side.
-  CHECK(m2.head_last.forward.peak - m1.head_last.forward.peak == 2 * T * (V2 - V1) * 4);
-  // Backward: nll and log-softmax gradients beside the saved log-softmax; then the head's
-  // weight gradient [V,H] beside the logits gradient.
-  CHECK(m2.head_last.backward.peak - m1.head_last.backward.peak == 2 * T * (V2 - V1) * 4);
-  // bf16 keeps an fp32 copy of the logits for the loss too.
+  // After the forward: the input rows and an fp32 log-sum-exp per row, whatever V.
+  CHECK(m2.head_last.forward.net == m1.head_last.forward.net);
+  CHECK(m2.head_last.forward.peak == m1.head_last.forward.peak);
+  // Backward: each chunk's weight-gradient piece [V, H] (added into .grad) is the one V-sized
+  // temporary.
+  CHECK(m2.head_last.backward.peak - m1.head_last.backward.peak == (V2 - V1) * h * 4);
+  // bf16: the chunk's fp32 copy is chunk-sized too.
   const auto b1 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V1, 2));
   const auto b2 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V2, 2));
-  CHECK(b2.head_last.forward.peak - b1.head_last.forward.peak == T * (V2 - V1) * (2 + 4 + 4));
+  CHECK(b2.head_last.forward.peak == b1.head_last.forward.peak);
+  CHECK(b2.head_last.backward.peak - b1.head_last.backward.peak == (V2 - V1) * h * 2);
 }
 
 TEST_CASE("a tied head costs no extra activation memory: both gradients go straight into the shared one", "[estimate]") {

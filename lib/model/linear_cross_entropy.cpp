@@ -1,0 +1,185 @@
+#include "model/linear_cross_entropy.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "model/weight_use.h"
+#include "parallel/tensor/group_handle.h"
+
+namespace trainer::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using detail::WeightHandle;
+using detail::WeightUse;
+using detail::handle_of;
+
+struct Vocabulary {
+  int64_t begin = 0;   // global id of the first local weight row
+  int64_t real = 0;    // local rows that are real ids (the rest is padding)
+  int64_t ignore = -100;
+};
+
+// One chunk's targets seen from this rank: which rows count, which hold their target here, and
+// the local column of that target (clamped where it is not here).
+struct ChunkTargets {
+  at::Tensor valid, here, column;
+  ChunkTargets(const at::Tensor& targets, const Vocabulary& v) {
+    const at::Tensor local = targets - v.begin;
+    valid = targets != v.ignore;
+    here = valid & (local >= 0) & (local < v.real);
+    column = local.clamp(0, std::max<int64_t>(v.real - 1, 0)).unsqueeze(1);
+  }
+};
+
+// This chunk's logits, at least fp32, over the real local ids: [rows, real].
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, c10::ScalarType fp) {
+  return h.mm(weight.t()).to(fp);
+}
+
+// The gradient of the chunk's loss sum with respect to its logits, scaled by `scale`, in the
+// model dtype: (softmax - one-hot(target)) for counted rows, zero for ignored ones.
+at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& lse,
+                            const at::Tensor& targets, const Vocabulary& v, const at::Tensor& scale) {
+  at::Tensor g = chunk_logits(h, weight, lse.scalar_type());
+  g.sub_(lse.unsqueeze(1)).exp_();
+  const ChunkTargets t(targets, v);
+  if (v.real > 0) g.scatter_add_(1, t.column, -t.here.to(g.scalar_type()).unsqueeze(1));
+  g.mul_((t.valid.to(g.scalar_type()) * scale).unsqueeze(1));
+  return g.to(h.scalar_type());
+}
+
+// Adds the weight gradient of every chunk into the parameter, with one accumulate_gradient (the
+// gradient buckets count one contribution per use): into main_grad directly when installed.
+void weight_gradient_by_chunks(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
+                               const Vocabulary& v, const at::Tensor& scale, int64_t chunk_rows) {
+  at::NoGradGuard no_grad;
+  const WeightUse use(p);
+  const at::Tensor weight = use.get().narrow(0, 0, v.real);
+  at::Tensor into = p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get());
+  const int64_t n = h.size(0);
+  for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {
+    const int64_t c = std::min(chunk_rows, n - s);
+    const at::Tensor h_c = h.narrow(0, s, c);
+    const at::Tensor g = chunk_logit_grad(h_c, weight, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
+    into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
+  }
+  if (p.main_grad.defined()) {
+    if (p.grad_ready) p.grad_ready();
+  } else {
+    accumulate_gradient(p, into);
+  }
+}
+
+struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinearCrossEntropy> {
+  // `weight_leaf` (the parameter's tensor) makes the output require grad; never read.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight_leaf,
+                            c10::intrusive_ptr<WeightHandle> handle, const at::Tensor& targets, int64_t vocab_begin,
+                            int64_t vocab_end, int64_t ignore_index, c10::intrusive_ptr<parallel::GroupHandle> tp,
+                            int64_t chunk_rows) {
+    (void)weight_leaf;
+    const WeightUse use(*handle->params[0]);
+    const int64_t local = use.get().size(0);
+    const Vocabulary v{vocab_begin, std::clamp<int64_t>(vocab_end - vocab_begin, 0, local), ignore_index};
+    const at::Tensor weight = use.get().narrow(0, 0, v.real);
+    const auto fp = at::promote_types(h.scalar_type(), at::kFloat);
+    const int64_t n = h.size(0);
+    at::Tensor lse = at::empty({n}, h.options().dtype(fp));
+    at::Tensor total = at::zeros({}, h.options().dtype(fp));
+    for (int64_t s = 0; s < n; s += chunk_rows) {
+      const int64_t c = std::min(chunk_rows, n - s);
+      const at::Tensor logits = chunk_logits(h.narrow(0, s, c), weight, fp);
+      const ChunkTargets t(targets.narrow(0, s, c), v);
+      at::Tensor row_max = v.real > 0 ? std::get<0>(logits.max(1))
+                                      : at::full({c}, -std::numeric_limits<double>::infinity(), logits.options());
+      if (tp) tp->group->all_reduce(row_max, comm::ReduceOp::Max)->wait();
+      // Sums of exponentials and the target logits (held by one rank of tp) in one reduction.
+      at::Tensor packed = at::zeros({2, c}, logits.options());
+      if (v.real > 0) {
+        packed[0].copy_((logits - row_max.unsqueeze(1)).exp_().sum(1));
+        packed[1].copy_(at::where(t.here, logits.gather(1, t.column).squeeze(1), at::zeros_like(row_max)));
+      }
+      if (tp) tp->group->all_reduce(packed, comm::ReduceOp::Sum)->wait();
+      const at::Tensor lse_c = row_max + packed[0].log();
+      lse.narrow(0, s, c).copy_(lse_c);
+      total.add_(at::where(t.valid, lse_c - packed[1], at::zeros_like(lse_c)).sum());
+    }
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
+    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, chunk_rows};
+    ctx->save_for_backward({h, targets, lse});
+    return total;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto handle = handle_of(ctx);
+    Parameter& p = *handle->params[0];
+    const std::vector<int64_t> meta = ctx->saved_data["vocab"].toIntVector();
+    const Vocabulary v{meta[0], meta[1], meta[2]};
+    const int64_t chunk_rows = meta[3];
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
+    const at::Tensor scale = grads[0].to(lse.scalar_type());
+    at::Tensor grad_h;
+    const bool defer = ctx->needs_input_grad(1) && handle->queue && handle->queue->deferring();
+    if (ctx->needs_input_grad(0)) {
+      grad_h = at::zeros_like(h);
+      const WeightUse use(p);
+      const at::Tensor weight = use.get().narrow(0, 0, v.real);
+      at::Tensor into = !defer && ctx->needs_input_grad(1) ? (p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get()))
+                                                            : at::Tensor();
+      const int64_t n = h.size(0);
+      for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {
+        const int64_t c = std::min(chunk_rows, n - s);
+        const at::Tensor h_c = h.narrow(0, s, c);
+        const at::Tensor g = chunk_logit_grad(h_c, weight, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
+        at::Tensor out = grad_h.narrow(0, s, c);
+        at::mm_out(out, g, weight);
+        if (into.defined()) into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
+      }
+      if (into.defined()) {
+        if (p.main_grad.defined()) {
+          if (p.grad_ready) p.grad_ready();
+        } else {
+          accumulate_gradient(p, into);
+        }
+      }
+      if (!defer || !ctx->needs_input_grad(1)) return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
+    }
+    if (ctx->needs_input_grad(1)) {
+      // Deferred (zero-bubble's W) or no input gradient wanted: the weight's own pass over the
+      // chunks, computing their logits once more.
+      auto work = [&p, h, lse, targets, v, scale, chunk_rows] {
+        weight_gradient_by_chunks(p, h, lse, targets, v, scale, chunk_rows);
+      };
+      if (handle->queue)
+        handle->queue->submit(work);
+      else
+        work();
+    }
+    return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear_cross_entropy_sum(const at::Tensor& h, Parameter& weight, WeightGradQueue* queue,
+                                    const at::Tensor& targets, int64_t vocab_begin, int64_t vocab_end,
+                                    int64_t ignore_index, comm::Communicator* tp, int64_t chunk_rows) {
+  if (h.dim() != 2 || targets.dim() != 1 || targets.size(0) != h.size(0))
+    throw std::logic_error("linear_cross_entropy_sum: h must be [N, H] and targets [N]");
+  if (chunk_rows < 1) throw std::logic_error("linear_cross_entropy_sum: chunk_rows must be at least 1");
+  const bool split = tp && tp->size() > 1;
+  return ChunkedLinearCrossEntropy::apply(
+      h, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue), targets,
+      vocab_begin, vocab_end, ignore_index,
+      split ? c10::make_intrusive<parallel::GroupHandle>(tp) : c10::intrusive_ptr<parallel::GroupHandle>(), chunk_rows);
+}
+
+}  // namespace trainer::model
