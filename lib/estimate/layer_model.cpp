@@ -44,7 +44,7 @@ class Replay : public MoeReplay {
     const Id n2 = norm_forward(h, Tn(), l.norm2);
     l.norm2_out = n2;
     const Id in = gather_input(n2);
-    const Id down = reduce_output(mlp_forward(in, n2, T(), s_.ffn, l.mlp));
+    const Id down = reduce_output(mlp_forward(in, n2, T(), s_.ffn, l.mlp, lean()));
     if (in != n2) drop(in);
     drop(n2);  // the local reference; gate and up keep theirs
     if (norm_recompute()) {  // ... unless they compute it again in backward

@@ -197,7 +197,7 @@ class MoeReplay : public ReplayOps {
     if (s_.shared_ffn > 0) {
       m.has_shared = true;
       const Id in = gather_input(tokens);
-      const Id sh = reduce_output(mlp_forward(in, tokens, T(), s_.shared_ffn, m.shared));
+      const Id sh = reduce_output(mlp_forward(in, tokens, T(), s_.shared_ffn, m.shared, /*lean_mlp=*/false));
       if (in != tokens) drop(in);
       const Id sum = ew(N * H() * e_, 2);
       drop(combined);

@@ -61,6 +61,8 @@ class ReplayOps {
   bool core_recompute() const { return s_.recompute == Recompute::Selective || s_.recompute == Recompute::CoreAttention; }
   // The linears after a norm compute its output again in backward (selective).
   bool norm_recompute() const { return s_.recompute == Recompute::Selective; }
+  // Lean layers: the norm function, the SwiGLU product recomputed (selective).
+  bool lean() const { return s_.recompute == Recompute::Selective; }
   int64_t T() const { return s_.tokens(); }
   int64_t Tn() const { return s_.norm_tokens(); }
   int64_t H() const { return s_.hidden; }
@@ -122,12 +124,26 @@ class ReplayOps {
   }
 
   // --- RMSNorm (rms_norm.cpp): x32 = x.float(); rstd = rsqrt(mean(x32^2) + eps);
-  //     out = w * (x32 * rstd).to(dtype); one autograd function saving x and rstd only ----------
+  //     out = w * (x32 * rstd).to(dtype); lean: one autograd function saving x and rstd only, its
+  //     backward dx = rstd (g w - xhat mean(g w xhat)); otherwise autograd's graph ------------
   struct NormSaved {
     Id x = Timeline::kNone, rs = Timeline::kNone;
+    Id x32 = Timeline::kNone, normed = Timeline::kNone;  // autograd's graph (not lean)
     int64_t tokens = 0;
+    bool lean = false;
   };
+  // Lean layers (recompute policy selective) run the norm function; the others autograd's graph.
   Id norm_forward(Id x, int64_t tokens, NormSaved& saved) {
+    saved.lean = lean();
+    return saved.lean ? norm_forward_lean(x, tokens, saved) : norm_forward_graph(x, tokens, saved);
+  }
+  // Returns the gradient of x (g is consumed). With `resid` (the residual stream's gradient
+  // buffer) the result is accumulated into it in place, as autograd's input buffer does, and
+  // `resid` is returned.
+  Id norm_backward(Id g, const NormSaved& saved, Id resid) {
+    return saved.lean ? norm_backward_lean(g, saved, resid) : norm_backward_graph(g, saved, resid);
+  }
+  Id norm_forward_lean(Id x, int64_t tokens, NormSaved& saved) {
     const int64_t n = tokens * H();
     saved.tokens = tokens;
     saved.x = x;
@@ -151,58 +167,116 @@ class ReplayOps {
     drop(x32);
     return out;
   }
-  // Returns the gradient of x (g is consumed). With `resid` (the residual stream's gradient
-  // buffer) the result is accumulated into it in place, as autograd's input buffer does, and
-  // `resid` is returned.
-  Id norm_backward(Id g, const NormSaved& saved, Id resid) {
+  Id norm_backward_lean(Id g, const NormSaved& saved, Id resid) {
     const int64_t n = saved.tokens * H();
-    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
-    // The weight's gradient: normed again, g * normed summed over rows.
-    Id normed = ew(n * kF32, 2);
-    if (e_ != kF32) {
-      const Id cast = ew(n * e_);
-      drop(normed);
-      normed = cast;
-    }
+    // xhat = x.float() * rstd, computed again.
+    const Id up = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
+    const Id xhat = ew(n * kF32, 2);
+    drop(up);
+    // The weight's gradient: g * xhat (in the model dtype), summed over rows.
+    const Id cast = e_ == kF32 ? Timeline::kNone : ew(n * e_);
     const Id tmp = ew(n * e_, 2);
     const Id gw = ew(H() * e_);
     drop(tmp);
-    drop(normed);
+    drop(cast);
     drop(gw);
-    // x's gradient, with autograd's kernels: g * w (upcast), the rstd branch, the pow branch.
+    // x's gradient: gn = (g * w).float(); c = mean(gn * xhat); gn -= xhat * c; gn *= rstd.
     Id gn = ew(n * e_, 2);
     if (e_ != kF32) {
       const Id g32 = ew(n * kF32);
       drop(gn);
       gn = g32;
     }
-    const Id tmp2 = ew(n * kF32, 2);  // gn * x32, summed for rstd
-    const Id grs = ew(saved.tokens * kF32);
-    drop(tmp2);
-    const Id gsq = ew(n * kF32);      // through rsqrt and mean: expanded / H
-    drop(grs);
-    const Id p1 = ew(n * kF32);       // x.pow(1)
-    const Id p2 = ew(n * kF32);       // 2 * ...
-    drop(p1);
-    const Id p3 = ew(n * kF32, 2);
-    drop(p2);
-    drop(gsq);
-    const Id a = ew(n * kF32, 2);     // gn * rstd
-    Id gx = ew(n * kF32, 2);          // the sum
-    drop(a);
-    drop(p3);
-    drop(gn);
+    const Id prod = ew(n * kF32, 2);
+    const Id c = ew(saved.tokens * kF32);
+    drop(prod);
+    const Id xc = ew(n * kF32, 2);
+    drop(xc);
+    drop(c);
+    t_.costs().memory_bytes += 2.0 * double(n * kF32) * 2;  // sub_ and mul_ in place
+    t_.costs().memory_kernels += 2;
+    Id gx = gn;
     if (e_ != kF32) {
-      const Id cast = ew(n * e_);
-      drop(gx);
-      gx = cast;
+      gx = ew(n * e_);
+      drop(gn);
     }
-    drop(x32);
+    drop(xhat);
     drop(g);
     drop(saved.rs);
     drop(saved.x);
     if (resid == Timeline::kNone) return gx;
     accumulate(resid, gx);
+    return resid;
+  }
+
+  // autograd's graph of the same arithmetic (not lean): the fp32 copy and normed are saved.
+  Id norm_forward_graph(Id x, int64_t tokens, NormSaved& saved) {
+    const int64_t n = tokens * H();
+    saved.tokens = tokens;
+    if (e_ == kF32) {
+      saved.x32 = x;
+      hold(x);  // saved by pow and by the mul
+    } else {
+      saved.x32 = ew(n * kF32);  // the fp32 copy, saved
+    }
+    const Id pow = ew(n * kF32);
+    const Id mean = ew(tokens * kF32);
+    drop(pow);
+    const Id add = ew(tokens * kF32);
+    drop(mean);
+    saved.rs = ew(tokens * kF32);  // rsqrt, saved
+    drop(add);
+    Id normed = ew(n * kF32, 2);
+    if (e_ != kF32) {
+      const Id cast = ew(n * e_);
+      drop(normed);
+      normed = cast;
+    }
+    saved.normed = normed;  // saved by the weight mul
+    return ew(n * e_, 2);
+  }
+  Id norm_backward_graph(Id g, const NormSaved& saved, Id resid) {
+    const int64_t n = saved.tokens * H();
+    Id gn = ew(n * e_, 2);         // g * w
+    const Id tmp = ew(n * e_, 2);  // g * normed, summed into the weight gradient
+    const Id gw = ew(H() * e_);
+    drop(tmp);
+    drop(saved.normed);
+    drop(g);
+    drop(gw);
+    if (e_ != kF32) {
+      const Id g32 = ew(n * kF32);
+      drop(gn);
+      gn = g32;
+    }
+    const Id gx1 = ew(n * kF32, 2);   // gn * rs
+    const Id tmp2 = ew(n * kF32, 2);  // gn * x32, summed for rs
+    const Id grs = ew(saved.tokens * kF32);
+    drop(tmp2);
+    drop(gn);
+    const bool into_resid = resid != Timeline::kNone && e_ == kF32;
+    Id acc = gx1;
+    if (into_resid) {
+      accumulate(resid, gx1);
+      acc = resid;
+    }
+    const Id gpow = ew(n * kF32);  // through rsqrt, add, mean
+    drop(grs);
+    drop(saved.rs);
+    // pow backward: grad * (2 * x.pow(1)), three temporaries alive together.
+    const Id ta = ew(n * kF32);
+    const Id tb = ew(n * kF32);
+    const Id tc = ew(n * kF32, 2);
+    drop(ta);
+    drop(tb);
+    drop(gpow);
+    accumulate(acc, tc);
+    drop(saved.x32);
+    if (e_ == kF32) return acc;
+    const Id cast = ew(n * e_);  // x.float() backward
+    drop(acc);
+    if (resid == Timeline::kNone) return cast;
+    accumulate(resid, cast);
     return resid;
   }
 
@@ -442,16 +516,27 @@ class ReplayOps {
     return alloc(T() * H() * e_);
   }
 
-  // --- SwiGLU MLP (layers.cpp): down(silu(gate(x)) * up(x)); the down projection is one function
-  //     that saves gate and up and recomputes the product in backward (parallel_linear.cpp) ------
+  // --- SwiGLU MLP (layers.cpp): down(silu(gate(x)) * up(x)). Lean (selective): the down
+  //     projection is one function that saves gate and up and recomputes the product in backward
+  //     (parallel_linear.cpp); otherwise autograd keeps silu(gate) and the product too -----------
   struct MlpSaved {
     Id in = Timeline::kNone, gate = Timeline::kNone, up = Timeline::kNone;
+    Id silu = Timeline::kNone, mul = Timeline::kNone;  // autograd's graph (not lean)
     int64_t rows = 0, width = 0;
-    bool regather = false;
+    bool regather = false, lean = false;
   };
   // x [rows, H] (already gathered when sp); `saved` is what gate and up keep for backward (the
   // sharded input with sp, regathered in backward); returns the (unreduced) output [rows, H].
-  Id mlp_forward(Id x, Id saved, int64_t rows, int64_t width, MlpSaved& m) {
+  Id mlp_forward(Id x, Id saved, int64_t rows, int64_t width, MlpSaved& m, bool lean_mlp) {
+    m.lean = lean_mlp;
+    return lean_mlp ? mlp_forward_lean(x, saved, rows, width, m) : mlp_forward_graph(x, saved, rows, width, m);
+  }
+  // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input, with
+  // `reduce` reduced over tp by the gate/up column-parallel backward.
+  Id mlp_backward(Id g, MlpSaved& m, bool reduce) {
+    return m.lean ? mlp_backward_lean(g, m, reduce) : mlp_backward_graph(g, m, reduce);
+  }
+  Id mlp_forward_lean(Id x, Id saved, int64_t rows, int64_t width, MlpSaved& m) {
     m.rows = rows;
     m.width = width;
     m.in = saved;
@@ -466,29 +551,52 @@ class ReplayOps {
     drop(product);
     return out;
   }
-  // g: gradient of the output [rows, H] (not consumed). Returns the gradient of the input, with
-  // `reduce` reduced over tp by the gate/up column-parallel backward.
-  Id mlp_backward(Id g, MlpSaved& m, bool reduce) {
+  Id mlp_backward_lean(Id g, MlpSaved& m, bool reduce) {
     const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
-    // The down projection's weight gradient first, from the product computed again.
-    const Id silu2 = ew(act);
+    // silu(gate) once; the down projection's weight gradient first, from the product again.
+    const Id silu = ew(act);
     const Id product = ew(act, 2);
-    drop(silu2);
     const Id gw = gemm(H(), width, rows);
     t_.costs().memory_bytes += 3.0 * double(H() * width * e_);  // .grad += dW
     drop(gw);
     drop(product);
     const Id gprod = gemm(rows, width, H());  // g W_down
-    // swiglu_backward: d up = g * silu(gate), d gate = silu_backward(g * up, gate).
-    const Id silu = ew(act);
+    // d up = g * silu(gate), d gate = silu_backward(g * up, gate).
     const Id gup = ew(act, 2);
-    drop(silu);
     const Id t = ew(act, 2);
     const Id ggate = ew(act, 2);
     drop(t);
     drop(gprod);
+    drop(silu);
     drop(m.gate);
     drop(m.up);
+    return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
+  }
+
+  // autograd's graph (not lean): gate, silu(gate), up and the product saved.
+  Id mlp_forward_graph(Id x, Id saved, int64_t rows, int64_t width, MlpSaved& m) {
+    m.rows = rows;
+    m.width = width;
+    m.in = saved;
+    m.regather = saved != x;
+    hold(saved);  // gate and up save it once (column_parallel_linear)
+    m.gate = gemm(rows, width, H());
+    m.silu = ew(rows * width * e_);
+    m.up = gemm(rows, width, H());
+    m.mul = ew(rows * width * e_, 2);
+    return gemm(rows, H(), width);
+  }
+  Id mlp_backward_graph(Id g, MlpSaved& m, bool reduce) {
+    const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
+    const Id gmul = linear_backward(g, rows, H(), width, m.mul, /*drop_grad=*/false);
+    const Id gsilu = ew(act, 2);  // g * up
+    const Id gup = ew(act, 2);    // g * silu
+    drop(gmul);
+    drop(m.silu);
+    drop(m.up);
+    const Id ggate = ew(act, 2);  // silu backward
+    drop(gsilu);
+    drop(m.gate);
     return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
   }
 

@@ -136,9 +136,12 @@ class RmsNorm {
  public:
   RmsNorm() = default;
   RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp = {});
-  at::Tensor forward(const at::Tensor& x) const;
-  // forward(x) again, without autograd: for the linears that read this norm's output to compute
-  // it in backward instead of saving it (the same values bit for bit).
+  // `lean` (recompute policy selective): one function saving x and an rsqrt per row
+  // (model/rms_norm.h), the normalised values recomputed in backward; otherwise autograd's graph,
+  // which keeps an fp32 copy of x (bf16) and the normalised values but recomputes nothing.
+  at::Tensor forward(const at::Tensor& x, bool lean = false) const;
+  // forward(x, true) again, without autograd: for the linears that read this norm's output to
+  // compute it in backward instead of saving it (the same values bit for bit).
   InputAgain again(const at::Tensor& x) const;
 
  private:
@@ -153,8 +156,10 @@ class SwigluMlp {
   SwigluMlp() = default;
   SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate, TensorParallel tp,
             bool mixtral_names = false);
-  // `again`: x computed again in backward instead of saved by gate and up.
-  at::Tensor forward(const at::Tensor& x, const InputAgain& again = {}) const;
+  // `again`: x computed again in backward instead of saved by gate and up. `lean` (recompute
+  // policy selective): the down projection saves gate and up only and recomputes their product in
+  // backward; otherwise silu(gate), the product and both are kept (nothing recomputed).
+  at::Tensor forward(const at::Tensor& x, const InputAgain& again = {}, bool lean = false) const;
 
  private:
   Linear gate_, up_, down_;

@@ -23,18 +23,18 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
     const at::Tensor& grad = grads[0];
-    const at::Tensor x32 = x.to(rstd.scalar_type());
-    // y = weight * normed: the weight's gradient summed over the broadcast rows, normed's.
+    // xhat = x32 * rstd, the normalised values (in fp32), computed again.
+    const at::Tensor xhat = x.to(rstd.scalar_type()) * rstd;
+    // y = weight * xhat.to(dtype): the weight's gradient summed over the rows.
     at::Tensor grad_weight;
-    if (ctx->needs_input_grad(1)) grad_weight = at::sum_to(grad * (x32 * rstd).to(x.scalar_type()), weight.sizes());
+    if (ctx->needs_input_grad(1)) grad_weight = at::sum_to(grad * xhat.to(x.scalar_type()), weight.sizes());
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
-      const at::Tensor grad_normed = (grad * weight).to(rstd.scalar_type());
-      // normed = x32 * rstd, rstd = rsqrt(mean(x32^2) + eps).
-      const at::Tensor grad_rstd = at::sum_to(grad_normed * x32, rstd.sizes());
-      const at::Tensor grad_mean = -0.5 * grad_rstd * rstd.pow(3);
-      const at::Tensor grad_square = grad_mean.expand(x32.sizes()) / double(x32.size(-1));
-      grad_x = (grad_normed * rstd + grad_square * (2 * x32.pow(1))).to(x.scalar_type());
+      // d xhat = (grad * weight) in fp32; dx = rstd (d xhat - xhat mean(d xhat * xhat)).
+      at::Tensor g = (grad * weight).to(rstd.scalar_type());
+      const at::Tensor c = (g * xhat).mean(-1, /*keepdim=*/true);
+      g.sub_(xhat * c).mul_(rstd);
+      grad_x = g.to(x.scalar_type());
     }
     return {grad_x, grad_weight, at::Tensor()};
   }

@@ -37,19 +37,20 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
 
 std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const at::Tensor& cos,
                                                         const at::Tensor& sin, const at::Tensor& token_keys,
-                                                        bool recompute_attention_core, bool recompute_norms) const {
-  // With recompute_norms the linears after each norm compute its output again in backward
-  // instead of saving it (the norm keeps its input, which is saved anyway).
-  const at::Tensor h = x + attention_.forward(input_norm_.forward(x), cos, sin, recompute_attention_core,
-                                              recompute_norms ? input_norm_.again(x) : InputAgain());
-  const at::Tensor normed = post_attention_norm_.forward(h);
+                                                        bool recompute_attention_core, bool lean) const {
+  // Lean (recompute policy selective): the norms save only their input and an rsqrt per row, the
+  // linears after each norm compute its output again in backward instead of saving it, and the
+  // MLP recomputes its activation product.
+  const at::Tensor h = x + attention_.forward(input_norm_.forward(x, lean), cos, sin, recompute_attention_core,
+                                              lean ? input_norm_.again(x) : InputAgain());
+  const at::Tensor normed = post_attention_norm_.forward(h, lean);
   if (moe_) {
     MoeOutput out = moe_->forward(normed, token_keys);
     const at::Tensor y = attach_aux_loss(attach_aux_loss(h + out.output, out.aux_loss, aux_loss_scale_), out.z_loss,
                                          z_loss_scale_);
     return {y, out.aux_loss};
   }
-  return {h + mlp_->forward(normed, recompute_norms ? post_attention_norm_.again(h) : InputAgain()), at::Tensor()};
+  return {h + mlp_->forward(normed, lean ? post_attention_norm_.again(h) : InputAgain(), lean), at::Tensor()};
 }
 
 Transformer::Transformer(const ModelOptions& options)
@@ -121,7 +122,7 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
                                    const at::Tensor& token_keys, at::Tensor* aux) const {
   // selective: the attention core and the norms; core_attention: the attention core only.
   const bool core = options_.recompute == Recompute::Selective || options_.recompute == Recompute::CoreAttention;
-  const bool norms = options_.recompute == Recompute::Selective;
+  const bool lean = options_.recompute == Recompute::Selective;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
@@ -137,7 +138,7 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
       x = outputs[0];
       if (moe) *aux = *aux + outputs[1];
     } else {
-      auto [h, layer_aux] = layer.forward(x, cos, sin, token_keys, core, norms);
+      auto [h, layer_aux] = layer.forward(x, cos, sin, token_keys, core, lean);
       x = h;
       if (layer_aux.defined()) *aux = *aux + layer_aux;
     }
@@ -196,7 +197,7 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
 }
 
 at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
-  const at::Tensor h = final_norm_.forward(x);
+  const at::Tensor h = final_norm_.forward(x, options_.recompute == Recompute::Selective);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
   // whole sequence (gathered from the sequence-parallel chunks; the gradient is reduce-scattered
   // back, or all-reduced without sp). Head and loss run together in chunks of rows

@@ -22,8 +22,9 @@ namespace trainer::model {
 // A target with this id is left out of the loss (padding, masked prompts; torch's default).
 constexpr int64_t kIgnoreIndex = -100;
 
-// none; core_attention: the attention core recomputed in backward; selective: the attention core
-// and the norms (the linears after a norm compute its output again); full: whole layers.
+// none: nothing recomputed; core_attention: the attention core recomputed in backward; selective:
+// the attention core, the norms' outputs and normalised values and the MLP's activation product
+// (lean layers); full: whole layers.
 enum class Recompute { None, CoreAttention, Selective, Full };
 Recompute parse_recompute(const std::string& name);
 
@@ -65,11 +66,12 @@ class DecoderLayer {
   DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
                ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale);
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
-  // token_keys: the MoE layer's order of this rank's tokens (Moe::forward). recompute_norms: the
-  // linears after each norm compute its output again in backward instead of saving it.
+  // token_keys: the MoE layer's order of this rank's tokens (Moe::forward). lean (recompute policy
+  // selective): norms that save their input only, norm outputs and the MLP's activation product
+  // computed again in backward.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                             const at::Tensor& token_keys, bool recompute_attention_core,
-                                            bool recompute_norms = false) const;
+                                            bool lean = false) const;
   bool is_moe() const { return moe_.has_value(); }
   const Moe* moe() const { return moe_ ? &*moe_ : nullptr; }
   Moe* moe() { return moe_ ? &*moe_ : nullptr; }

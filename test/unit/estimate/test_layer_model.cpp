@@ -26,21 +26,37 @@ RankShape cpu_shape(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, 
   return r;
 }
 
-// What one dense layer saves for backward in fp32 (RMSNorm saves its input and an rsqrt per row,
-// the linears its output; the input x is the previous layer's output; the SwiGLU's down
-// projection saves gate and up and recomputes their product): 4 [T,H] (the two norms' outputs,
-// the residual h, the output) + q and out [T, heads*d] + k and v [T, kv*d] + 2 [T,I] (gate, up) +
-// 2 rsqrt [T] + lse [b, heads, s].
+// What one dense layer saves for backward in fp32 (RMSNorm saves its rsqrt, its normalised
+// input and (by the linears) its output; the input x is the previous layer's output):
+// 6 [T,H] (two norms' normed and out, the residual h, the output) + q and out [T, heads*d] +
+// k and v [T, kv*d] + 4 [T,I] (gate, silu, up, their product) + 2 rsqrt [T] + lse [b, heads, s].
 int64_t dense_fp32_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
   const int64_t T = b * s, d = h / heads;
-  return 4 * (4 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn + 2 * T + b * heads * s);
+  return 4 * (6 * T * h + 2 * T * heads * d + 2 * T * kv * d + 4 * T * ffn + 2 * T + b * heads * s);
 }
 
-// In bf16 the same tensors in 2 bytes (the norms keep their bf16 input, not an fp32 copy); the
-// rsqrt and the lse stay fp32.
+// In bf16 each norm saves an fp32 copy of its input (4 bytes) plus bf16 normed and output, the
+// residual h is not saved (its fp32 copy is), and the layer input dies with the forward.
 int64_t dense_bf16_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
   const int64_t T = b * s, d = h / heads;
-  return 2 * (4 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn) + 4 * (2 * T + b * heads * s);
+  return 2 * 4 * T * h + 2 * 4 * T + 4 * 2 * T * h + 2 * 2 * T * heads * d + 2 * 2 * T * kv * d + 4 * b * heads * s +
+         4 * 2 * T * ffn;
+}
+
+// With recompute selective the layers are lean: the norms save their input and an rsqrt (their
+// outputs are computed again by the linears that read them), the MLP saves gate and up. In fp32:
+// 2 [T,H] (the residual h and the output) + q and out + k and v + 2 [T,I] + 2 rsqrt [T]; the
+// lse is not saved (the attention core is recomputed).
+int64_t dense_fp32_lean_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
+  const int64_t T = b * s, d = h / heads;
+  return 4 * (2 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn + 2 * T);
+}
+
+// In bf16 the same tensors in 2 bytes (the first norm keeps the layer input: one more [T,H]
+// counted here instead of the output), the rsqrt in fp32.
+int64_t dense_bf16_lean_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t kv, int64_t ffn) {
+  const int64_t T = b * s, d = h / heads;
+  return 2 * (2 * T * h + 2 * T * heads * d + 2 * T * kv * d + 2 * T * ffn) + 4 * 2 * T;
 }
 
 }  // namespace
@@ -48,14 +64,12 @@ int64_t dense_bf16_saved(int64_t b, int64_t s, int64_t h, int64_t heads, int64_t
 TEST_CASE("dense layer activations - fp32 - by hand", "[estimate]") {
   // The layer traced on the CPU allocator: b 1, s 24, H 64, 4 heads, 2 kv heads, I 96.
   const auto m = model_micro_batch(cpu_shape(1, 24, 64, 4, 2, 96, 1000, 4));
-  CHECK(m.dense.forward.net == 62016);
+  CHECK(m.dense.forward.net == 92736);
   CHECK(m.dense.forward.net == dense_fp32_saved(1, 24, 64, 4, 2, 96));
-  CHECK(m.dense.forward.peak == 74304);    // + two [T,H] temporaries of the norm and the MLP output
-  CHECK(m.dense.backward.net == -62016);   // everything saved is released, the gradient replaces itself
-  // down_proj first: its weight gradient [H,I] beside the recomputed product [T,I] (and a [T, kv*d]
-  // of the attention backward's later peak fits under it).
-  CHECK(m.dense.backward.peak == 36864);
-  CHECK(m.dense.backward.peak == 64 * 96 * 4 + 24 * 96 * 4 + 24 * 32 * 4);
+  CHECK(m.dense.forward.peak == 98880);    // + the norm's pow temporary before it is freed
+  CHECK(m.dense.backward.net == -92736);   // everything saved is released, the gradient replaces itself
+  CHECK(m.dense.backward.peak == 33792);   // down_proj: its weight gradient [H,I] + input gradient [T,I]
+  CHECK(m.dense.backward.peak == 64 * 96 * 4 + 24 * 96 * 4);
   for (auto [b, s, h, heads, kv, ffn] : std::vector<std::array<int64_t, 6>>{
            {2, 128, 128, 4, 2, 352}, {3, 16, 32, 2, 1, 100}, {1, 256, 256, 8, 8, 64}}) {
     const auto mm = model_micro_batch(cpu_shape(b, s, h, heads, kv, ffn, 256, 4));
@@ -73,6 +87,18 @@ TEST_CASE("dense layer activations - bf16 - by hand", "[estimate]") {
   }
 }
 
+TEST_CASE("lean layers (recompute selective) - fp32 and bf16 - by hand", "[estimate]") {
+  for (auto [b, s, h, heads, kv, ffn] : std::vector<std::array<int64_t, 6>>{
+           {1, 24, 64, 4, 2, 96}, {2, 128, 128, 4, 2, 352}, {3, 16, 32, 2, 1, 100}}) {
+    INFO(b << " " << s << " " << h);
+    const auto f = model_micro_batch(cpu_shape(b, s, h, heads, kv, ffn, 256, 4, Recompute::Selective));
+    CHECK(f.dense.forward.net == dense_fp32_lean_saved(b, s, h, heads, kv, ffn));
+    CHECK(f.dense.backward.net == -f.dense.forward.net);
+    const auto g = model_micro_batch(cpu_shape(b, s, h, heads, kv, ffn, 256, 2, Recompute::Selective));
+    CHECK(g.dense.forward.net == dense_bf16_lean_saved(b, s, h, heads, kv, ffn));
+  }
+}
+
 TEST_CASE("recompute: core_attention drops the lse - selective also the norms' outputs - full keeps one [T H] per layer", "[estimate]") {
   const int64_t b = 2, s = 64, h = 128, heads = 4;
   const auto none = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::None));
@@ -80,8 +106,9 @@ TEST_CASE("recompute: core_attention drops the lse - selective also the norms' o
   const auto selective = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::Selective));
   const auto full = model_micro_batch(cpu_shape(b, s, h, heads, 2, 352, 256, 4, Recompute::Full));
   CHECK(none.dense.forward.net - core.dense.forward.net == b * heads * s * 4);
-  // The two norm outputs [T, H] the q/k/v and gate/up projections no longer save.
-  CHECK(core.dense.forward.net - selective.dense.forward.net == 2 * b * s * h * 4);
+  // Lean layers: per norm the normalised values and the output [T, H] (the linears compute it
+  // again), in the MLP silu(gate) and the product [T, I] are no longer saved.
+  CHECK(core.dense.forward.net - selective.dense.forward.net == 4 * b * s * h * 4 + 2 * b * s * 352 * 4);
   CHECK(selective.dense.backward.costs.memory_bytes > core.dense.backward.costs.memory_bytes);
   CHECK(full.dense.forward.net == b * s * h * 4);
   // Backward pays for it: full recomputes the layer, so its backward climbs higher.
