@@ -553,21 +553,23 @@ class ReplayOps {
   }
   Id mlp_backward_lean(Id g, MlpSaved& m, bool reduce) {
     const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
-    // silu(gate) once; the down projection's weight gradient first, from the product again.
-    const Id silu = ew(act);
+    // The down projection's weight gradient first, from the product computed again.
+    const Id silu2 = ew(act);
     const Id product = ew(act, 2);
+    drop(silu2);
     const Id gw = gemm(H(), width, rows);
     t_.costs().memory_bytes += 3.0 * double(H() * width * e_);  // .grad += dW
     drop(gw);
     drop(product);
     const Id gprod = gemm(rows, width, H());  // g W_down
-    // d up = g * silu(gate), d gate = silu_backward(g * up, gate).
+    // d up = g * silu(gate) (silu again, a temporary), d gate = silu_backward(g * up, gate).
+    const Id silu = ew(act);
     const Id gup = ew(act, 2);
+    drop(silu);
     const Id t = ew(act, 2);
     const Id ggate = ew(act, 2);
     drop(t);
     drop(gprod);
-    drop(silu);
     drop(m.gate);
     drop(m.up);
     return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);

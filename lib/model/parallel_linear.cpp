@@ -189,12 +189,13 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
     const at::Tensor go =
         group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
-    // silu(gate) once for both uses below (the product again, and up's gradient).
-    const at::Tensor silu = at::silu(gate);
     // The weight gradient first (unless deferred): its recomputed product is freed before the
-    // input gradient's temporaries exist.
+    // input gradient's temporaries exist. silu(gate) is computed for each use rather than held
+    // across both (a [tokens, I] buffer at the backward's peak).
     if (ctx->needs_input_grad(2))
-      weight_gradient(handle->queue, [g = rows_of(go), silu, up, &p] { accumulate_gradient(p, g.t().mm(rows_of(silu * up))); });
+      weight_gradient(handle->queue, [g = rows_of(go), gate, up, &p] {
+        accumulate_gradient(p, g.t().mm(rows_of(at::silu(gate) * up)));
+      });
     at::Tensor grad_gate, grad_up;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
       at::Tensor grad_product;
@@ -203,7 +204,7 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
         grad_product = rows_of(go).mm(w.get()).view(gate.sizes());
       }
       // mul's backward (grad * other for each side), then silu's on the gate side.
-      grad_up = grad_product * silu;
+      grad_up = grad_product * at::silu(gate);
       grad_gate = at::silu_backward(grad_product * up, gate);
     }
     return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
