@@ -94,13 +94,16 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
   {
     // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
-    // to fp32 all at once (fp32 buffers need no copy). The gradient norm reads the buffers in
-    // place. The distributed optimizer clones the updated shard for the all-gather; on the CPU,
+    // to fp32 in slices of at most 64 MiB (optim::AdamW::kCopyBudgetBytes) plus the tensor that
+    // crosses it (fp32 buffers need no copy). The gradient norm reads the buffers in place. The distributed optimizer clones the updated shard for the all-gather; on the CPU,
     // Gloo's all-gather also receives every bucket into a flat buffer of its own first.
     const double norm = double(stage.params.norm);
     const double shard = sharded(1);
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
-    const double copies = options.grad_bytes != 4 ? 4.0 * decay_shard : 0.0;
+    const double largest_tensor =
+        double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));
+    const double copy_budget = double(int64_t(64) << 20);
+    const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
     const double gather = sharded_optimizer ? e * shard + (options.gpu ? 0.0 : e * (pd + pe)) : 0.0;
     sm.optimizer_step_transient = std::max(copies, gather);
   }

@@ -26,13 +26,28 @@ void AdamW::step(double lr) {
   for (const auto& group : groups_) {
     if (group.members.empty()) continue;
     std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
+    int64_t copied_bytes = 0;
+    // The fused kernel reads the step counts for bias correction but does not advance them
+    // (torch.optim.AdamW increments them first, as here). Each tensor's update is independent, so
+    // running the group in slices changes nothing but the size of the fp32 gradient copies that
+    // exist at once (bf16 gradients with fp32 master weights): about copy_budget_bytes_.
+    const auto run = [&] {
+      if (weights.empty()) return;
+      at::_foreach_add_(steps, 1.0);
+      at::_fused_adamw_(weights, grads, avgs, avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1,
+                        config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+      for (auto* v : {&weights, &grads, &avgs, &avg_sqs, &steps}) v->clear();
+      copied_bytes = 0;
+    };
     for (size_t i : group.members) {
       const at::Tensor& p = params_[i].tensor;
       const at::Tensor stored = params_[i].grad();
       at::Tensor grad = stored.defined() ? stored : at::zeros_like(p);
       if (!masters_.empty()) {
+        const bool copies = grad.scalar_type() != at::kFloat;
         weights.push_back(masters_[i]);
         grads.push_back(grad.to(at::kFloat));
+        if (copies) copied_bytes += grad.numel() * 4;
       } else {
         weights.push_back(p);
         grads.push_back(grad);
@@ -40,12 +55,9 @@ void AdamW::step(double lr) {
       avgs.push_back(exp_avgs_[i]);
       avg_sqs.push_back(exp_avg_sqs_[i]);
       steps.push_back(state_steps_[i]);
+      if (copied_bytes >= copy_budget_bytes_) run();
     }
-    // The fused kernel reads the step counts for bias correction but does not advance them
-    // (torch.optim.AdamW increments them first, as here).
-    at::_foreach_add_(steps, 1.0);
-    at::_fused_adamw_(weights, grads, avgs, avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1,
-                      config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+    run();
   }
   if (!masters_.empty())
     for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.detach().copy_(masters_[i]);

@@ -29,6 +29,11 @@ class AdamW {
 
   int64_t steps_taken() const { return steps_taken_; }
   bool has_master_weights() const { return !masters_.empty(); }
+  // At most about this many bytes of fp32 copies of bf16 gradients exist at once during step():
+  // the update runs in slices of parameters, each closed once its copies reach the budget (so a
+  // slice may exceed it by one tensor). Results do not depend on it.
+  static constexpr int64_t kCopyBudgetBytes = int64_t(64) << 20;
+  void set_copy_budget_bytes(int64_t bytes) { copy_budget_bytes_ = bytes; }
 
   // Optimizer state by name for checkpoints ("optimizer.exp_avg.<param>", "optimizer.exp_avg_sq.<param>",
   // "optimizer.master.<param>", and "optimizer.step.<param>"); the tensors are the live state.
@@ -42,6 +47,7 @@ class AdamW {
     double weight_decay = 0;
     std::vector<size_t> members;  // indices into params_
   };
+  int64_t copy_budget_bytes_ = kCopyBudgetBytes;
   std::deque<model::Parameter>& params_;
   recipe::OptimizerConfig config_;
   std::vector<at::Tensor> masters_, exp_avgs_, exp_avg_sqs_, state_steps_;
