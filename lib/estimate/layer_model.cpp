@@ -264,6 +264,10 @@ class Replay : public MoeReplay {
       drop(gemm(c, H(), V));  // into the input gradient (mm_out)
       const Id gw = gemm(V, H(), c);  // the weight gradient's piece, added into .grad
       t_.costs().memory_bytes += 3.0 * double(V * H() * e_);
+      // bf16 into the fp32 main_grad: on the CPU the add casts the piece to an fp32 temporary
+      // first (TensorIterator copies inputs to the common dtype there; CUDA kernels cast as they
+      // read).
+      if (e_ != kF32 && s_.device == Device::Cpu) drop(ew(V * H() * kF32));
       drop(gw);
       drop(g);
     }

@@ -96,6 +96,14 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
       {"model.hidden_size=64", "model.num_attention_heads=8", "model.num_key_value_heads=8",
        "model.num_hidden_layers=5", "training.seq_len=200", "training.micro_batch_size=3",
        "training.global_batch_size=3", "training.recompute=full", "model.tie_word_embeddings=true"},
+      // The recompute policies and bf16, a large vocabulary (the chunked loss) in both dtypes.
+      {"training.recompute=core_attention"},
+      {"training.dtype=bf16"},
+      {"training.dtype=bf16", "training.recompute=selective"},
+      {"model.vocab_size=8000", "training.dtype=bf16", "training.recompute=selective", "training.micro_batch_size=2",
+       "training.global_batch_size=2"},
+      {"model.vocab_size=8000", "model.tie_word_embeddings=true", "training.micro_batch_size=2",
+       "training.global_batch_size=2"},
   });
 }
 

@@ -141,7 +141,8 @@ TEST_CASE("logits and loss in chunks: no [T V] buffer - only the weight-gradient
   const auto b1 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V1, 2));
   const auto b2 = model_micro_batch(cpu_shape(b, s, h, 2, 2, 64, V2, 2));
   CHECK(b2.head_last.forward.peak == b1.head_last.forward.peak);
-  CHECK(b2.head_last.backward.peak - b1.head_last.backward.peak == (V2 - V1) * h * 2);
+  // On the CPU the bf16 piece is cast to an fp32 temporary as it is added into the fp32 main_grad.
+  CHECK(b2.head_last.backward.peak - b1.head_last.backward.peak == (V2 - V1) * h * (2 + 4));
 }
 
 TEST_CASE("a tied head costs no extra activation memory: both gradients go straight into the shared one", "[estimate]") {
