@@ -97,12 +97,6 @@ class MoeReplay : public ReplayOps {
     for (Id t : {silu, dh1, dh3, g.h1, g.h3, g.rows}) drop(t);
     return gx;
   }
-  // `count` in-place element-wise kernels over `bytes` (read and written).
-  void in_place(int64_t bytes, int count) {
-    t_.costs().memory_bytes += 2.0 * double(bytes) * count;
-    t_.costs().memory_kernels += count;
-  }
-
   // Rows of the local experts, split as evenly as counts allow.
   std::vector<int64_t> expert_split() const {
     std::vector<int64_t> rows(size_t(std::max<int64_t>(1, s_.local_experts)), 0);

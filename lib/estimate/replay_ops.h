@@ -56,6 +56,12 @@ class ReplayOps {
     t_.drop(from);
   }
 
+  // `count` in-place element-wise kernels over `bytes` (read and written).
+  void in_place(int64_t bytes, int count) {
+    t_.costs().memory_bytes += 2.0 * double(bytes) * count;
+    t_.costs().memory_kernels += count;
+  }
+
   bool sp() const { return s_.sequence_parallel && s_.tp > 1; }
   // The attention core runs without autograd and again in backward (core_attention, selective).
   bool core_recompute() const { return s_.recompute == Recompute::Selective || s_.recompute == Recompute::CoreAttention; }
@@ -143,19 +149,24 @@ class ReplayOps {
   Id norm_backward(Id g, const NormSaved& saved, Id resid) {
     return saved.lean ? norm_backward_lean(g, saved, resid) : norm_backward_graph(g, saved, resid);
   }
-  Id norm_forward_lean(Id x, int64_t tokens, NormSaved& saved) {
-    const int64_t n = tokens * H();
-    saved.tokens = tokens;
-    saved.x = x;
-    hold(x);
-    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);  // the fp32 copy, a temporary
-    const Id pow = ew(n * kF32);
+  // x^2, its mean, + eps, rsqrt over `tokens` rows: returns the fp32 rsqrt [tokens].
+  Id rsqrt_rows(int64_t tokens) {
+    const Id pow = ew(tokens * H() * kF32);
     const Id mean = ew(tokens * kF32);
     drop(pow);
     const Id add = ew(tokens * kF32);
     drop(mean);
-    saved.rs = ew(tokens * kF32);  // rsqrt, saved
+    const Id rs = ew(tokens * kF32);
     drop(add);
+    return rs;
+  }
+  // The norm function's forward kernels (rms_norm.cpp), nothing saved but the rsqrt (*rs): the
+  // fp32 copy (bf16, a temporary), the rsqrt, the normalised values and their cast, the weight
+  // mul. Returns the output.
+  Id norm_kernels(int64_t tokens, Id* rs) {
+    const int64_t n = tokens * H();
+    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
+    *rs = rsqrt_rows(tokens);
     Id normed = ew(n * kF32, 2);
     if (e_ != kF32) {
       const Id cast = ew(n * e_);
@@ -166,6 +177,12 @@ class ReplayOps {
     drop(normed);
     drop(x32);
     return out;
+  }
+  Id norm_forward_lean(Id x, int64_t tokens, NormSaved& saved) {
+    saved.tokens = tokens;
+    saved.x = x;
+    hold(x);
+    return norm_kernels(tokens, &saved.rs);  // the rsqrt saved
   }
   Id norm_backward_lean(Id g, const NormSaved& saved, Id resid) {
     const int64_t n = saved.tokens * H();
@@ -193,8 +210,7 @@ class ReplayOps {
     const Id xc = ew(n * kF32, 2);
     drop(xc);
     drop(c);
-    t_.costs().memory_bytes += 2.0 * double(n * kF32) * 2;  // sub_ and mul_ in place
-    t_.costs().memory_kernels += 2;
+    in_place(n * kF32, 2);  // sub_ and mul_
     Id gx = gn;
     if (e_ != kF32) {
       gx = ew(n * e_);
@@ -219,13 +235,7 @@ class ReplayOps {
     } else {
       saved.x32 = ew(n * kF32);  // the fp32 copy, saved
     }
-    const Id pow = ew(n * kF32);
-    const Id mean = ew(tokens * kF32);
-    drop(pow);
-    const Id add = ew(tokens * kF32);
-    drop(mean);
-    saved.rs = ew(tokens * kF32);  // rsqrt, saved
-    drop(add);
+    saved.rs = rsqrt_rows(tokens);  // saved
     Id normed = ew(n * kF32, 2);
     if (e_ != kF32) {
       const Id cast = ew(n * e_);
@@ -605,26 +615,10 @@ class ReplayOps {
   // --- without autograd (the forward of recompute(full)): nothing is saved, every tensor is
   //     freed once its consumer has run ------------------------------------------------------
   Id norm_nograd(Id x, int64_t tokens) {
-    const int64_t n = tokens * H();
-    const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
-    const Id pow = ew(n * kF32);
-    const Id mean = ew(tokens * kF32);
-    drop(pow);
-    const Id add = ew(tokens * kF32);
-    drop(mean);
-    const Id rs = ew(tokens * kF32);
-    drop(add);
-    Id normed = ew(n * kF32, 2);
-    if (e_ != kF32) {
-      const Id cast = ew(n * e_);
-      drop(normed);
-      normed = cast;
-    }
-    const Id out = ew(n * e_, 2);
-    drop(normed);
-    drop(rs);
-    drop(x32);
     (void)x;
+    Id rs = Timeline::kNone;
+    const Id out = norm_kernels(tokens, &rs);
+    drop(rs);
     return out;
   }
   Id attention_nograd(Id x) {

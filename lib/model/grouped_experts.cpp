@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <array>
 #include <deque>
 #include <numeric>
 #include <stdexcept>
@@ -81,16 +82,20 @@ void for_each_weight_grad(const at::Tensor& g, const at::Tensor& x, const std::v
   }
 }
 
+// The handle's parameters (w1 of every local expert, then w3, then w2) by projection.
+std::array<std::vector<Parameter*>, 3> projections(const std::vector<Parameter*>& ps, size_t experts) {
+  const auto at = [&](size_t k) { return ps.begin() + long(k * experts); };
+  return {std::vector<Parameter*>(at(0), at(1)), std::vector<Parameter*>(at(1), at(2)),
+          std::vector<Parameter*>(at(2), ps.end())};
+}
+
 struct GroupedSwiglu : public torch::autograd::Function<GroupedSwiglu> {
   // handle->params: w1 of every local expert, then w3, then w2. `weight_leaf` (the first w1) is
   // passed so that the output requires grad; never read.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& weight_leaf,
                             c10::intrusive_ptr<WeightHandle> handle, std::vector<int64_t> lengths, bool aten) {
     (void)weight_leaf;
-    const size_t experts = lengths.size();
-    const auto& ps = handle->params;
-    const std::vector<Parameter*> w1(ps.begin(), ps.begin() + long(experts)),
-        w3(ps.begin() + long(experts), ps.begin() + long(2 * experts)), w2(ps.begin() + long(2 * experts), ps.end());
+    const auto [w1, w3, w2] = projections(handle->params, lengths.size());
     const at::Tensor offsets = aten ? offsets_of(lengths, rows.device()) : at::Tensor();
     at::Tensor h1, h3;
     {
@@ -114,10 +119,7 @@ struct GroupedSwiglu : public torch::autograd::Function<GroupedSwiglu> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor rows = saved[0], h1 = saved[1], h3 = saved[2];
     const at::Tensor go = grads[0].contiguous();
-    const size_t experts = lengths.size();
-    const auto& ps = handle->params;
-    const std::vector<Parameter*> w1(ps.begin(), ps.begin() + long(experts)),
-        w3(ps.begin() + long(experts), ps.begin() + long(2 * experts)), w2(ps.begin() + long(2 * experts), ps.end());
+    const auto [w1, w3, w2] = projections(handle->params, lengths.size());
     const at::Tensor offsets = aten ? offsets_of(lengths, rows.device()) : at::Tensor();
 
     at::Tensor da;

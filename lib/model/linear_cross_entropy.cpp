@@ -56,21 +56,30 @@ at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const
   return g.to(h.scalar_type());
 }
 
-// Adds the weight gradient of every chunk into the parameter, with one accumulate_gradient (the
-// gradient buckets count one contribution per use): into main_grad directly when installed.
-void weight_gradient_by_chunks(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
-                               const Vocabulary& v, const at::Tensor& scale, int64_t chunk_rows) {
+// One pass over the chunks, each chunk's logits computed again and turned into its rows of the
+// input gradient (into *grad_h, when given) and its piece of the weight gradient (when `weight`).
+// The pieces go into the parameter with one accumulate_gradient (the gradient buckets count one
+// contribution per use): into main_grad directly when installed.
+void backward_by_chunks(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
+                        const Vocabulary& v, const at::Tensor& scale, int64_t chunk_rows, at::Tensor* grad_h,
+                        bool weight) {
   at::NoGradGuard no_grad;
+  if (grad_h) *grad_h = at::zeros_like(h);
   const WeightUse use(p);
-  const at::Tensor weight = use.get().narrow(0, 0, v.real);
-  at::Tensor into = p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get());
+  const at::Tensor w = use.get().narrow(0, 0, v.real);
+  at::Tensor into = weight ? (p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get())) : at::Tensor();
   const int64_t n = h.size(0);
   for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {
     const int64_t c = std::min(chunk_rows, n - s);
     const at::Tensor h_c = h.narrow(0, s, c);
-    const at::Tensor g = chunk_logit_grad(h_c, weight, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
-    into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
+    const at::Tensor g = chunk_logit_grad(h_c, w, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
+    if (grad_h) {
+      at::Tensor out = grad_h->narrow(0, s, c);
+      at::mm_out(out, g, w);
+    }
+    if (weight) into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
   }
+  if (!weight) return;
   if (p.main_grad.defined()) {
     if (p.grad_ready) p.grad_ready();
   } else {
@@ -126,43 +135,18 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
     const at::Tensor scale = grads[0].to(lse.scalar_type());
+    // The weight's gradient in the same pass as the input's, unless zero-bubble defers it: then
+    // its own pass later, computing the chunks' logits once more.
+    const bool weight = ctx->needs_input_grad(1);
+    const bool defer = weight && handle->queue && handle->queue->deferring();
     at::Tensor grad_h;
-    const bool defer = ctx->needs_input_grad(1) && handle->queue && handle->queue->deferring();
-    if (ctx->needs_input_grad(0)) {
-      grad_h = at::zeros_like(h);
-      const WeightUse use(p);
-      const at::Tensor weight = use.get().narrow(0, 0, v.real);
-      at::Tensor into = !defer && ctx->needs_input_grad(1) ? (p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get()))
-                                                            : at::Tensor();
-      const int64_t n = h.size(0);
-      for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {
-        const int64_t c = std::min(chunk_rows, n - s);
-        const at::Tensor h_c = h.narrow(0, s, c);
-        const at::Tensor g = chunk_logit_grad(h_c, weight, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
-        at::Tensor out = grad_h.narrow(0, s, c);
-        at::mm_out(out, g, weight);
-        if (into.defined()) into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
-      }
-      if (into.defined()) {
-        if (p.main_grad.defined()) {
-          if (p.grad_ready) p.grad_ready();
-        } else {
-          accumulate_gradient(p, into);
-        }
-      }
-      if (!defer || !ctx->needs_input_grad(1)) return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
-    }
-    if (ctx->needs_input_grad(1)) {
-      // Deferred (zero-bubble's W) or no input gradient wanted: the weight's own pass over the
-      // chunks, computing their logits once more.
-      auto work = [&p, h, lse, targets, v, scale, chunk_rows] {
-        weight_gradient_by_chunks(p, h, lse, targets, v, scale, chunk_rows);
-      };
-      if (handle->queue)
-        handle->queue->submit(work);
-      else
-        work();
-    }
+    if (ctx->needs_input_grad(0) || (weight && !defer))
+      backward_by_chunks(p, h, lse, targets, v, scale, chunk_rows, ctx->needs_input_grad(0) ? &grad_h : nullptr,
+                         weight && !defer);
+    if (defer)
+      handle->queue->submit([&p, h, lse, targets, v, scale, chunk_rows] {
+        backward_by_chunks(p, h, lse, targets, v, scale, chunk_rows, nullptr, true);
+      });
     return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };

@@ -48,6 +48,18 @@ std::unique_ptr<comm::Work> start_reduce_scatter(at::Tensor& out, const at::Tens
   return g.reduce_scatter(out, full, comm::ReduceOp::Sum);
 }
 
+// A row-parallel output: the partial products summed over tp, all-reduced in place (`partial`
+// is a fresh tensor) or, with sequence parallelism, reduce-scattered along the sequence.
+at::Tensor sum_row_parallel(at::Tensor partial, comm::Communicator& tp, bool sequence_parallel) {
+  if (!sequence_parallel) {
+    tp.all_reduce(partial, comm::ReduceOp::Sum)->wait();
+    return partial;
+  }
+  at::Tensor out;
+  start_reduce_scatter(out, partial, tp)->wait();
+  return out;
+}
+
 std::vector<int64_t> with_last(const at::Tensor& x, int64_t last) {
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = last;
@@ -127,16 +139,9 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
     ctx->save_for_backward({x});
-    comm::Communicator& tp = *group->group;
     const WeightUse w(*handle->params[0]);
-    at::Tensor partial = rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
-    if (!sequence_parallel) {
-      tp.all_reduce(partial, comm::ReduceOp::Sum)->wait();  // in place: a fresh tensor
-      return partial;
-    }
-    at::Tensor out;
-    start_reduce_scatter(out, partial, tp)->wait();
-    return out;
+    return sum_row_parallel(rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0))), *group->group,
+                            sequence_parallel);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -170,15 +175,7 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     const WeightUse w(*handle->params[0]);
     const at::Tensor product = at::silu(gate) * up;
     at::Tensor partial = rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
-    if (!group) return partial;
-    comm::Communicator& tp = *group->group;
-    if (!sequence_parallel) {
-      tp.all_reduce(partial, comm::ReduceOp::Sum)->wait();
-      return partial;
-    }
-    at::Tensor out;
-    start_reduce_scatter(out, partial, tp)->wait();
-    return out;
+    return group ? sum_row_parallel(std::move(partial), *group->group, sequence_parallel) : partial;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -203,9 +200,7 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
         const WeightUse w(p);
         grad_product = rows_of(go).mm(w.get()).view(gate.sizes());
       }
-      // mul's backward (grad * other for each side), then silu's on the gate side.
-      grad_up = grad_product * at::silu(gate);
-      grad_gate = at::silu_backward(grad_product * up, gate);
+      std::tie(grad_gate, grad_up) = swiglu_backward(grad_product, gate, up);
     }
     return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
