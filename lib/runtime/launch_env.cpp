@@ -136,9 +136,11 @@ LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
     if (port < 1 || port > 65535) throw UserError(fmt::format("MASTER_PORT={} is not a TCP port", port));
     e.master_port = int(port);
   } else if (has(env, "SLURM_JOB_ID")) {
-    // Jobs sharing a node should not share a port.
-    e.master_port = int(20000 + parse_int(env, "SLURM_JOB_ID") % 20000);
+    // Jobs sharing a node should not share a port; below Linux's ephemeral range (32768 and up),
+    // where outgoing connections take their ports.
+    e.master_port = int(20000 + parse_int(env, "SLURM_JOB_ID") % 12000);
   }
+  if (e.rank == 0 && has(env, "TRAINER_RENDEZVOUS_FD")) e.rendezvous_fd = int(parse_int(env, "TRAINER_RENDEZVOUS_FD"));
   return e;
 }
 

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -25,7 +27,7 @@ extern "C" void remember_signal(int signal) { g_forward_signal.store(signal); }
 
 }  // namespace
 
-int find_free_port() {
+ListeningSocket listen_on_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -33,16 +35,19 @@ int find_free_port() {
   address.sin_port = 0;
   socklen_t length = sizeof(address);
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    const int error = errno;
     if (fd >= 0) ::close(fd);
-    throw std::runtime_error("cannot find a free TCP port on 127.0.0.1");
+    throw std::runtime_error(fmt::format("cannot listen on a free TCP port on 127.0.0.1: {}", std::strerror(error)));
   }
-  ::close(fd);
-  return ntohs(address.sin_port);
+  return {fd, ntohs(address.sin_port)};
 }
 
 int launch_local_workers(const LocalLaunchOptions& options) {
-  const int port = find_free_port();
+  // Rank 0 inherits the listening socket; choosing a free port and binding it later would leave a
+  // window in which another process (any outgoing connection) could take the port.
+  const ListeningSocket store_socket = listen_on_free_port();
+  const int port = store_socket.port;
   const pid_t launcher = ::getpid();
   std::vector<pid_t> pids(options.nproc, -1);
   struct sigaction action {};
@@ -66,6 +71,10 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TRAINER_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);
+      if (rank == 0)
+        ::setenv("TRAINER_RENDEZVOUS_FD", std::to_string(store_socket.fd).c_str(), 1);
+      else
+        ::close(store_socket.fd);
       // argv[0] is what ps shows: "trainer worker rank N run RECIPE ...".
       const std::string self = "/proc/self/exe", title = fmt::format("trainer worker rank {}", rank);
       std::vector<char*> args;
@@ -78,6 +87,8 @@ int launch_local_workers(const LocalLaunchOptions& options) {
     }
     pids[rank] = pid;
   }
+
+  ::close(store_socket.fd);  // rank 0 holds its own copy
 
   int running = options.nproc, result = 0;
   bool stopping = false;

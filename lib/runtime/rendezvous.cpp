@@ -17,6 +17,7 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
   options.numWorkers = static_cast<size_t>(env.world_size);
   options.waitWorkers = true;
   options.timeout = timeout;
+  if (options.isServer && env.rendezvous_fd >= 0) options.masterListenFd = env.rendezvous_fd;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {

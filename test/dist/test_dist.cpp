@@ -1,6 +1,10 @@
 // Multi-process tests on Gloo: collectives on every group type; data parallelism (ZeRO 0 and 1)
 // reproducing the single-process loss curve; failure handling; launching under mpirun.
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -36,10 +40,25 @@ ProcessResult bash(const std::string& script, double timeout = 300) {
   return run_process({"/bin/bash", file}, timeout, {"OMP_NUM_THREADS=1"});
 }
 
+// A port for a job whose ranks this test starts itself. Spread by test process id so parallel
+// tests do not collide, kept below Linux's ephemeral range (32768 and up, where Gloo's and other
+// tests' connections take ports: a port there can be busy for a whole test), and probed.
 int free_port() {
-  // Ports are spread by test process id so parallel tests do not collide.
-  static int next = 20000 + (getpid() % 2000) * 10;
-  return next++;
+  static int next = 20000 + (getpid() % 1200) * 10;
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = next;
+    next = next + 1 >= 32000 ? 20000 : next + 1;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    if (fd >= 0) ::close(fd);
+    if (free) return port;
+  }
+  FAIL("no free TCP port between 20000 and 32000");
+  return 0;
 }
 
 
