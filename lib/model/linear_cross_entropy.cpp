@@ -67,6 +67,7 @@ void backward_by_chunks(Parameter& p, const at::Tensor& h, const at::Tensor& lse
   if (grad_h) *grad_h = at::zeros_like(h);
   const WeightUse use(p);
   const at::Tensor w = use.get().narrow(0, 0, v.real);
+  if (weight && p.grad_buffer) p.grad_buffer();
   at::Tensor into = weight ? (p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get())) : at::Tensor();
   const int64_t n = h.size(0);
   for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {

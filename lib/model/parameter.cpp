@@ -64,6 +64,7 @@ std::vector<int64_t> Parameter::offsets() const {
 }
 
 void accumulate_gradient(Parameter& p, const at::Tensor& grad) {
+  if (p.grad_buffer) p.grad_buffer();
   if (p.main_grad.defined()) {
     p.main_grad.add_(grad);
     if (p.grad_ready) p.grad_ready();

@@ -65,6 +65,9 @@ struct Parameter {
   // grad_ready() is called, so the bucket knows when its last gradient of the step has arrived.
   at::Tensor main_grad;
   std::function<void()> grad_ready;
+  // ZeRO-2: the bucket's buffer exists only while it accumulates; call grad_buffer() (when set)
+  // before adding a contribution to main_grad, which it makes a view of a live buffer.
+  std::function<void()> grad_buffer;
   // ZeRO-3: when set, layers take the full weight from gather() just before each use (forward, and
   // again in backward) and call release() after it, instead of holding `tensor`.
   std::function<at::Tensor()> gather;

@@ -77,6 +77,9 @@ struct ParallelConfig {
   std::string cp_method = "ring";
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;
+  // ZeRO-2: accumulate full gradients over micro-batches and reduce-scatter once per step
+  // (false: every micro-batch reduce-scatters into the shard).
+  bool zero_accumulate_unsharded = false;
   std::string grad_reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 or bf16
   double collective_timeout_s = 600.0;
 };

@@ -131,6 +131,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.cp_method = get<std::string>(d, "parallel.cp_method");
   p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
   p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
+  p.zero_accumulate_unsharded = get<bool>(d, "parallel.zero_accumulate_unsharded");
   p.grad_reduce_dtype = get<std::string>(d, "parallel.grad_reduce_dtype");
   p.collective_timeout_s = get<double>(d, "parallel.collective_timeout_s");
 
@@ -240,7 +241,7 @@ json recipe_to_json(const Recipe& r) {
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
         {"pipeline_layout", p.pipeline_layout.empty() ? json(nullptr) : json(p.pipeline_layout)},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
-        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"grad_reduce_dtype", p.grad_reduce_dtype},
+        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", p.zero_accumulate_unsharded}, {"grad_reduce_dtype", p.grad_reduce_dtype},
         {"collective_timeout_s", p.collective_timeout_s}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},

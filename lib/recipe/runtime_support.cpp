@@ -13,7 +13,7 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
   // Without experts etp means nothing: only its default (tp) or 1.
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
-  if (p.zero > 1) unsupported("zero", p.zero);
+  if (p.zero > 2) unsupported("zero", p.zero);
 }
 }  // namespace
 
@@ -27,7 +27,7 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
   std::vector<std::string> problems;
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
     if (name == "zero")
-      problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0 and 1; use zero 1", value));
+      problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0, 1 and 2; use zero 2", value));
     else
       problems.push_back(fmt::format("parallel.{}={}: not supported by this build; `trainer validate` and the "
                                      "estimator accept it", name, value));

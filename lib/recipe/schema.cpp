@@ -166,6 +166,10 @@ std::vector<KeySpec> build_schema() {
                            "soon as its last gradient is ready.")));
   s.push_back(key("parallel.overlap_grad_reduce", K::Boolean, true,
                   "Start bucket reductions during backward (false: all after backward, for comparison)."));
+  s.push_back(key("parallel.zero_accumulate_unsharded", K::Boolean, false,
+                  "ZeRO-2 with gradient accumulation: accumulate full gradients over the micro-batches and "
+                  "reduce-scatter once per step (less communication, ZeRO-1's gradient memory); false: every "
+                  "micro-batch reduce-scatters into the gradient shard (least memory)."));
   s.push_back(one_of(key("parallel.grad_reduce_dtype", K::String, "fp32",
                          "Gradients are accumulated over micro-batches and reduced across ranks in this dtype; bf16 "
                          "(only with training.dtype bf16) halves their memory and traffic at some precision."),

@@ -10,12 +10,17 @@ namespace trainer::train {
 
 OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe& recipe,
                                  const mesh::ProcessGroups& groups)
-    : model_(model), groups_(groups) {
+    : model_(model),
+      groups_(groups),
+      zero_stage_(recipe.parallel.zero),
+      accumulate_unsharded_(recipe.parallel.zero_accumulate_unsharded) {
   auto& params = model.parameters().all();
   parallel::BucketOptions options;
   options.bucket_bytes = int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024);
   options.overlap = recipe.parallel.overlap_grad_reduce;
   options.sharded = recipe.parallel.zero >= 1 && groups.get(mesh::GroupKind::DpCp).size() > 1;
+  options.shard_gradients = recipe.parallel.zero >= 2;
+  options.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
   options.grad_dtype = recipe.parallel.grad_reduce_dtype == "bf16" && !params.empty()
                            ? params.front().tensor.scalar_type()
                            : at::kFloat;
@@ -38,7 +43,10 @@ std::string OptimizerDriver::describe() const {
   const int64_t ranks = groups_.get(mesh::GroupKind::DpCp).size();
   const std::string buckets = count_of(int64_t(all.size()), "gradient bucket", "gradient buckets");
   const std::string dtype =
-      all.empty() ? "" : fmt::format(", {} gradients", all.front().grads.scalar_type() == at::kBFloat16 ? "bf16" : "fp32");
+      all.empty() ? "" : fmt::format(", {} gradients", buckets_->reduced(all.front()).scalar_type() == at::kBFloat16 ? "bf16" : "fp32");
+  if (zero1_ && zero_stage_ >= 2)
+    return fmt::format("ZeRO-2 over {} data-parallel ranks (gradients reduce-scattered {}), {}{}", ranks,
+                       accumulate_unsharded_ ? "once per step" : "every micro-batch", buckets, dtype);
   if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {}{}", ranks, buckets, dtype);
   if (ranks > 1) return fmt::format("replicated AdamW, {} all-reduced over {} ranks{}", buckets, ranks, dtype);
   return "AdamW" + dtype;

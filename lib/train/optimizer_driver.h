@@ -1,7 +1,8 @@
 #pragma once
 // The optimizer as the training loop sees it: the gradient buffers (parallel::GradBuckets, fp32
 // unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), then
-// replicated AdamW (ZeRO 0, or one data-parallel rank) or the ZeRO-1 distributed optimizer.
+// replicated AdamW (ZeRO 0, or one data-parallel rank) or the distributed optimizer (ZeRO-1, and
+// ZeRO-2 whose buckets keep only their reduced gradient shard).
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,8 @@ class OptimizerDriver {
  private:
   model::Transformer& model_;
   const mesh::ProcessGroups& groups_;
+  int64_t zero_stage_;
+  bool accumulate_unsharded_;
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<parallel::DistributedOptimizer> zero1_;

@@ -46,7 +46,7 @@ void DistributedOptimizer::step(double lr) {
       auto& shard = shards_[fr.bucket];
       const auto& bucket = all[fr.bucket];
       weights.push_back(shard[kMaster].narrow(0, fr.shard_offset, fr.length));
-      grads.push_back(bucket.grads.narrow(0, buckets_.shard_begin(bucket) + fr.shard_offset, fr.length).to(at::kFloat));
+      grads.push_back(buckets_.reduced(bucket).narrow(0, fr.shard_offset, fr.length).to(at::kFloat));
       avgs.push_back(shard[kExpAvg].narrow(0, fr.shard_offset, fr.length));
       avg_sqs.push_back(shard[kExpAvgSq].narrow(0, fr.shard_offset, fr.length));
       steps.push_back(steps_[f]);

@@ -21,6 +21,7 @@ struct MoveToMainGrad : torch::autograd::PostAccumulateGradHook {
   void operator()(const torch::autograd::Variable& variable) override {
     at::Tensor& grad = variable.mutable_grad();
     if (!grad.defined()) return;  // called for the custom layers' weights too, which add their own
+    owner->ensure_buffer(bucket);
     param->main_grad.add_(grad);
     grad.reset();
     owner->on_gradient_ready(bucket);
@@ -81,7 +82,12 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
     const int64_t n = bucket.comm->size();
     bucket.padded_numel = options.sharded ? (bucket.numel + n - 1) / n * n : bucket.numel;
     const auto& first = params[bucket.params.front()].tensor;
-    bucket.grads = at::zeros({bucket.padded_numel}, first.options().dtype(options.grad_dtype).requires_grad(false));
+    const auto grad_options = first.options().dtype(options.grad_dtype).requires_grad(false);
+    bucket.sharded_grads = options.sharded && options.shard_gradients && n > 1;
+    if (bucket.sharded_grads)
+      bucket.shard_grads = at::zeros({bucket.padded_numel / n}, grad_options);
+    else
+      bucket.grads = at::zeros({bucket.padded_numel}, grad_options);
     if (options.sharded) bucket.values = at::zeros({bucket.padded_numel}, first.options().requires_grad(false));
     for (size_t i = 0; i < bucket.params.size(); ++i) {
       model::Parameter& p = params[bucket.params[i]];
@@ -92,7 +98,10 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
         view.copy_(p.tensor.detach());
         p.tensor.set_data(view);
       }
-      p.main_grad = bucket.grads.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
+      if (bucket.sharded_grads)
+        p.grad_buffer = [this, index] { ensure_buffer(index); };
+      else
+        p.main_grad = bucket.grads.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
       p.grad_ready = [this, index] { on_gradient_ready(index); };
       torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, std::make_unique<MoveToMainGrad>(this, &p, index));
       const ReplicaSet replicas = parameter_replicas(layout, rank, p);
@@ -110,18 +119,19 @@ GradBuckets::~GradBuckets() {
     torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
     p.main_grad = at::Tensor();
     p.grad_ready = nullptr;
+    p.grad_buffer = nullptr;
   }
 }
 
 void GradBuckets::begin_step() {
   step_start_ = std::chrono::steady_clock::now();
   stats_ = OverlapStats{int64_t(buckets_.size())};
-  launched_.assign(buckets_.size(), false);
   std::fill(reducing_.begin(), reducing_.end(), false);
   std::fill(backwards_.begin(), backwards_.end(), 0);
   for (auto& b : buckets_) {
     b.ready = 0;
-    b.complete = false;
+    b.rounds_due = 0;
+    b.launches = 0;
     b.work.reset();
   }
 }
@@ -140,33 +150,62 @@ void GradBuckets::end_backward(int64_t chunk) {
 void GradBuckets::on_gradient_ready(size_t index) {
   Bucket& bucket = buckets_[index];
   ++bucket.ready;
-  if (!reducing_[size_t(bucket.chunk)] || bucket.ready < bucket.expected * backwards_[size_t(bucket.chunk)]) return;
-  bucket.complete = true;
+  const int64_t begun = backwards_[size_t(bucket.chunk)];
+  if (bucket.sharded_grads && !options_.accumulate_unsharded) {
+    // ZeRO-2, every micro-batch: round r is due once r micro-batches' contributions have arrived.
+    bucket.rounds_due = std::min(begun, bucket.ready / bucket.expected);
+  } else {
+    if (!reducing_[size_t(bucket.chunk)] || bucket.ready < bucket.expected * begun) return;
+    bucket.rounds_due = 1;
+  }
   if (options_.overlap) launch_ready_in_order();
 }
 
-void GradBuckets::launch_ready_in_order() {
-  // In order: a bucket whose gradients came early waits for the ones before it on its
-  // communicator, so that every rank launches collectives on a communicator in the same order.
-  if (launched_.size() != buckets_.size()) launched_.assign(buckets_.size(), false);
-  std::vector<const comm::Communicator*> blocked;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (launched_[i]) continue;
-    const comm::Communicator* c = buckets_[i].comm;
-    if (std::find(blocked.begin(), blocked.end(), c) != blocked.end()) continue;
-    if (buckets_[i].complete) {
-      launched_[i] = true;
-      launch(buckets_[i]);
-    } else {
-      blocked.push_back(c);
-    }
+void GradBuckets::ensure_buffer(size_t index) {
+  Bucket& b = buckets_[index];
+  if (!b.sharded_grads || b.grads.defined()) return;
+  b.grads = at::zeros({b.padded_numel}, b.shard_grads.options());
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    model::Parameter& p = params_[b.params[i]];
+    p.main_grad = b.grads.narrow(0, b.offsets[i], p.tensor.numel()).view(p.tensor.sizes());
   }
 }
 
-void GradBuckets::launch(Bucket& bucket) {
+void GradBuckets::release_buffer(Bucket& b) {
+  b.grads = at::Tensor();
+  for (size_t i : b.params) params_[i].main_grad = at::Tensor();
+}
+
+void GradBuckets::launch_ready_in_order() {
+  // Per communicator the next reduction is the bucket with the fewest launches this step, the
+  // lowest index among equals: every rank launches a communicator's collectives in the same
+  // order, whatever order the contributions came in (an expert bucket's depends on routing).
+  for (bool progress = true; progress;) {
+    progress = false;
+    std::vector<std::pair<const comm::Communicator*, size_t>> next;  // per communicator
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      const comm::Communicator* c = buckets_[i].comm;
+      auto it = std::find_if(next.begin(), next.end(), [&](const auto& n) { return n.first == c; });
+      if (it == next.end())
+        next.emplace_back(c, i);
+      else if (buckets_[i].launches < buckets_[it->second].launches)
+        it->second = i;
+    }
+    for (const auto& [c, i] : next)
+      if (buckets_[i].rounds_due > buckets_[i].launches) {
+        launch(i);
+        progress = true;
+      }
+  }
+}
+
+void GradBuckets::launch(size_t index) {
+  Bucket& bucket = buckets_[index];
   const double t = seconds_since(step_start_);
   if (stats_.first_launch_s < 0) stats_.first_launch_s = t;
-  if (in_backward_[size_t(bucket.chunk)]) ++stats_.launched_in_backward;
+  if (in_backward_[size_t(bucket.chunk)] && bucket.launches == 0) ++stats_.launched_in_backward;
+  if (bucket.sharded_grads) return launch_sharded_grads(index);
+  ++bucket.launches;
   if (bucket.comm->size() == 1) return;
   if (!options_.sharded) {
     bucket.work = bucket.comm->all_reduce(bucket.grads, comm::ReduceOp::Sum);
@@ -176,28 +215,67 @@ void GradBuckets::launch(Bucket& bucket) {
   }
 }
 
+void GradBuckets::launch_sharded_grads(size_t index) {
+  Bucket& b = buckets_[index];
+  // At most two reductions per communicator in flight: their full-size inputs are the memory.
+  int64_t on_comm = 0;
+  for (const auto& f : in_flight_) on_comm += buckets_[f.bucket].comm == b.comm;
+  for (; on_comm >= 2; --on_comm) retire_oldest(b.comm);
+  ensure_buffer(index);  // a round without contributions since the last one reduces zeros
+  at::Tensor input = b.grads;
+  release_buffer(b);     // later contributions go into a new buffer
+  // The step's first reduction writes the shard; later ones go through a temporary, added when done.
+  at::Tensor output = b.launches == 0 ? b.shard_grads : at::empty_like(b.shard_grads);
+  ++b.launches;
+  auto work = b.comm->reduce_scatter(output, input, comm::ReduceOp::Sum);
+  in_flight_.push_back({index, std::move(work), std::move(input), std::move(output)});
+}
+
+void GradBuckets::retire_oldest(const comm::Communicator* comm) {
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [&](const InFlight& f) { return !comm || buckets_[f.bucket].comm == comm; });
+  if (it == in_flight_.end()) return;
+  it->work->wait();
+  Bucket& b = buckets_[it->bucket];
+  if (!it->output.is_same(b.shard_grads)) b.shard_grads.add_(it->output);
+  in_flight_.erase(it);
+}
+
 void GradBuckets::finish() {
-  if (launched_.size() != buckets_.size()) launched_.assign(buckets_.size(), false);
-  for (size_t i = 0; i < buckets_.size(); ++i)
-    if (!launched_[i]) {
-      launched_[i] = true;
-      launch(buckets_[i]);
-    }
+  // Whatever has not launched now launches: one reduction per bucket, or under ZeRO-2 with overlap
+  // one per micro-batch of the chunk (the same count on every rank).
+  for (auto& b : buckets_) {
+    const bool per_microbatch = b.sharded_grads && !options_.accumulate_unsharded && options_.overlap;
+    b.rounds_due = per_microbatch ? std::max<int64_t>(1, backwards_[size_t(b.chunk)]) : std::max<int64_t>(1, b.launches);
+  }
+  launch_ready_in_order();
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
+  while (!in_flight_.empty()) retire_oldest(nullptr);
 }
 
 void GradBuckets::sum_tied_across_stages(comm::Communicator& embedding) {
   for (auto& b : buckets_) {
     if (!b.tied_across_stages || embedding.size() == 1) continue;
-    const bool shard_only = options_.sharded && b.comm->size() > 1;
-    at::Tensor reduced = shard_only ? b.grads.narrow(0, shard_begin(b), shard_numel(b)) : b.grads;
-    embedding.all_reduce(reduced, comm::ReduceOp::Sum)->wait();
+    at::Tensor mine = reduced(b);
+    embedding.all_reduce(mine, comm::ReduceOp::Sum)->wait();
   }
 }
 
 void GradBuckets::zero_grad() {
-  for (auto& b : buckets_) b.grads.zero_();
+  for (auto& b : buckets_) {
+    if (!b.sharded_grads) {
+      b.grads.zero_();
+      continue;
+    }
+    b.shard_grads.zero_();
+    if (b.grads.defined()) release_buffer(b);
+  }
+}
+
+at::Tensor GradBuckets::reduced(const Bucket& b, bool sharded) {
+  if (b.sharded_grads) return b.shard_grads;
+  return sharded ? b.grads.narrow(0, shard_begin(b), shard_numel(b)) : b.grads;
 }
 
 at::Tensor GradBuckets::grad_norm() {
@@ -213,11 +291,11 @@ at::Tensor GradBuckets::grad_norm() {
       for (size_t j = 0; j < bucket.params.size(); ++j) {
         const int64_t begin = bucket.offsets[j], end = begin + params_[bucket.params[j]].tensor.numel();
         const int64_t a = std::max(begin, lo), z = std::min(end, hi);
-        if (a < z && counted_[bucket.params[j]]) parts.push_back(bucket.grads.narrow(0, a, z - a));
+        if (a < z && counted_[bucket.params[j]]) parts.push_back(reduced(bucket).narrow(0, a - lo, z - a));
       }
     }
   }
-  const auto device = buckets_.empty() ? at::Device(at::kCPU) : buckets_.front().grads.device();
+  const auto device = buckets_.empty() ? at::Device(at::kCPU) : reduced(buckets_.front()).device();
   // The fp32 norm of this rank's parts (as torch's clip_grad_norm_), squared exactly in double.
   at::Tensor local = parts.empty() ? at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))
                                    : at::stack(at::_foreach_norm(parts, 2, at::kFloat)).norm().to(at::kDouble);
@@ -229,10 +307,7 @@ at::Tensor GradBuckets::grad_norm() {
 void GradBuckets::scale(const at::Tensor& coefficient) {
   at::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
-    if (options_.sharded)
-      bucket.grads.narrow(0, shard_begin(bucket), shard_numel(bucket)).mul_(coefficient);
-    else
-      bucket.grads.mul_(coefficient);
+    reduced(bucket).mul_(coefficient);
   }
 }
 

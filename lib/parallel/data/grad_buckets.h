@@ -18,6 +18,18 @@
 // rank receives the summed gradients of its shard of the bucket only, and the parameters
 // themselves live in per-bucket buffers (padded to a multiple of the group size) so that the
 // updated shards can be all-gathered.
+//
+// Sharded gradients (ZeRO-2): a bucket keeps only its reduced shard for the whole step. The
+// full-size buffer is allocated when the bucket's first contribution arrives (Parameter::grad_buffer),
+// handed to the reduce-scatter and released when it completes; at most two reductions per
+// communicator are in flight (launching a third waits for the oldest), so besides the shards about
+// three buckets of full gradients exist at a time. By default every micro-batch reduces: a bucket
+// reduces once per micro-batch of its chunk, the r-th time when the contributions of r
+// micro-batches have arrived (deferred weight gradients of an earlier micro-batch may ride along
+// with a later reduction: the sum is the same). Per communicator, reductions launch in a fixed
+// order, round by round and by bucket index within a round, so every rank issues the same
+// collectives in the same order. With accumulate_unsharded the full buffers live from the first
+// contribution to the step's single reduction (ZeRO-1's gradient memory during backward).
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -43,6 +55,8 @@ struct BucketOptions {
   bool overlap = true;                                   // false: every reduction starts in finish()
   bool sharded = false;                                  // ZeRO-1: reduce-scatter, parameters in the buckets
   c10::ScalarType grad_dtype = c10::ScalarType::Float;   // of the gradient buffers
+  bool shard_gradients = false;                          // ZeRO-2 (needs sharded)
+  bool accumulate_unsharded = false;                     // ZeRO-2: one reduction per step, not per micro-batch
 };
 
 class GradBuckets {
@@ -57,10 +71,14 @@ class GradBuckets {
     int64_t numel = 0;             // used elements
     int64_t padded_numel = 0;      // a multiple of the group size when sharded
     int64_t expected = 0;          // gradient contributions per micro-batch (the parameters' uses)
-    at::Tensor grads;              // [padded_numel] in the gradient dtype
+    at::Tensor grads;              // [padded_numel] in the gradient dtype (ZeRO-2: only while accumulating)
     at::Tensor values;             // [padded_numel] parameter storage (sharded only)
+    // ZeRO-2 (sharded gradients, group of more than one rank): the reduced shard [padded_numel / n].
+    bool sharded_grads = false;
+    at::Tensor shard_grads;
     int64_t ready = 0;             // contributions this step
-    bool complete = false;         // all contributions of the step arrived
+    int64_t rounds_due = 0;        // reductions that may launch (all their contributions arrived)
+    int64_t launches = 0;          // reductions launched this step
     std::unique_ptr<comm::Work> work;
   };
 
@@ -90,6 +108,10 @@ class GradBuckets {
   at::Tensor grad_norm();
   // Multiplies the reduced gradients (this rank's shards when sharded) by a 0-dim tensor.
   void scale(const at::Tensor& coefficient);
+  // After finish(): what a bucket holds of its reduced gradients. Unsharded: all of them; sharded:
+  // this rank's shard ([shard_begin, shard_begin + shard_numel) of the bucket).
+  static at::Tensor reduced(const Bucket& b, bool sharded);
+  at::Tensor reduced(const Bucket& b) const { return reduced(b, options_.sharded); }
 
   std::vector<Bucket>& buckets() { return buckets_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -101,10 +123,23 @@ class GradBuckets {
   static int64_t shard_begin(const Bucket& b) { return shard_numel(b) * b.comm->rank(); }
 
   void on_gradient_ready(size_t bucket);  // called as contributions arrive
+  // ZeRO-2: allocates the bucket's full buffer (zeros) and points its parameters' main_grad into it
+  // when it has none (called before each contribution).
+  void ensure_buffer(size_t bucket);
 
  private:
+  // A ZeRO-2 reduce-scatter in flight: its full-size input is released when it completes; its
+  // output is the bucket's shard (the step's first reduction) or a temporary added to it.
+  struct InFlight {
+    size_t bucket;
+    std::unique_ptr<comm::Work> work;
+    at::Tensor input, output;
+  };
   void launch_ready_in_order();
-  void launch(Bucket& bucket);
+  void launch(size_t bucket);
+  void launch_sharded_grads(size_t index);
+  void retire_oldest(const comm::Communicator* comm);
+  void release_buffer(Bucket& bucket);
 
   std::deque<model::Parameter>& params_;
   const mesh::ProcessGroups& groups_;
@@ -114,9 +149,10 @@ class GradBuckets {
   std::vector<bool> reducing_;      // per chunk: the current micro-batch is its last one
   std::vector<bool> in_backward_;   // per chunk
   std::vector<int64_t> backwards_;  // per chunk: backward passes begun this step
-  // Buckets launch in index order per communicator: a bucket waits for the earlier buckets of its
-  // communicator only (the expert buckets' completion depends on routing; the others' must not).
-  std::vector<bool> launched_;
+  // Buckets launch in index order per communicator (round by round under ZeRO-2): a bucket waits
+  // for the earlier buckets of its communicator only (the expert buckets' completion depends on
+  // routing; the others' must not).
+  std::deque<InFlight> in_flight_;  // ZeRO-2 reductions, oldest first
   // For the norm: per parameter, whether this rank counts it (its whole slice, or its part of the
   // shard when sharded); false everywhere but the first replica.
   std::vector<bool> counted_;
