@@ -180,6 +180,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.schedule = parallel::parse_schedule_kind(recipe.parallel.pipeline_schedule);
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
+  memory.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
   memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;

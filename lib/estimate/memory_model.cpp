@@ -92,24 +92,40 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   const bool sharded_optimizer = zero >= 1 && data_parallel;
   const double state_bytes = sharded_optimizer || e != 4 ? 12 : 8;
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
+  const double largest_tensor =
+      double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));
+  // A typical gradient bucket: buckets close at the first parameter that takes them past
+  // grad_bucket_mb, so they run over by about half a large matrix.
+  const double bucket_bytes =
+      std::min(options.grad_bytes * (pd + pe), options.grad_bucket_bytes + options.grad_bytes * largest_tensor / 2);
   {
     // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
     // to fp32 in slices of at most 64 MiB (optim::AdamW::kCopyBudgetBytes) plus the tensor that
-    // crosses it (fp32 buffers need no copy). The gradient norm reads the buffers in place. The distributed optimizer clones the updated shard for the all-gather; on the CPU,
-    // Gloo's all-gather also receives every bucket into a flat buffer of its own first.
+    // crosses it (fp32 buffers need no copy). The gradient norm reads the buffers in place. The
+    // distributed optimizer clones the updated shard for the all-gather; on the CPU Gloo gathers
+    // each bucket into a flat buffer of its own first, two buckets at a time (its two threads).
     const double norm = double(stage.params.norm);
     const double shard = sharded(1);
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
-    const double largest_tensor =
-        double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));
     const double copy_budget = double(int64_t(64) << 20);
     const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
-    const double gather = sharded_optimizer ? e * shard + (options.gpu ? 0.0 : e * (pd + pe)) : 0.0;
+    const double gloo_flat = std::min(e * (pd + pe), 2.0 * bucket_bytes * e / options.grad_bytes);
+    const double gather = sharded_optimizer ? e * shard + (options.gpu ? 0.0 : gloo_flat) : 0.0;
     sm.optimizer_step_transient = std::max(copies, gather);
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
-  if (zero >= 2 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
-  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * double(stage.largest_layer_params) * e;
+  if (zero == 2 && data_parallel) {
+    // ZeRO-2 (parallel/data/grad_buckets.h): besides the shards, full-size bucket buffers while
+    // they accumulate and while their reduce-scatter is in flight (at most two per communicator;
+    // on the CPU Gloo reduces a clone of each). Every micro-batch: one accumulating, two in flight.
+    // Accumulating unsharded over several micro-batches: every full buffer from the first
+    // micro-batch's backward to the step's reduction.
+    const double clones = options.gpu ? 0.0 : 2.0 * bucket_bytes;
+    sm.zero2_full_buckets = options.accumulate_unsharded && job.microbatches > 1
+                                ? options.grad_bytes * (pd + pe) + clones
+                                : 3.0 * bucket_bytes + clones;
+  }
+  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
   sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers + sm.comm_buffers +
                     sm.cublas_workspace;
@@ -147,10 +163,11 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   // all-reduces a clone of each bucket; the clones live until the step waits for them (after the
   // last micro-batch's backward). NCCL reduce-scatters in place.
   // The clones are released when the next step begins, so they sit under the optimizer step too.
-  if (!options.gpu && sharded_optimizer) sm.reduction_transient = sm.gradients;
+  // ZeRO-2 retires each reduction (and its clone) as it completes: nothing is left after backward.
+  if (!options.gpu && sharded_optimizer && zero < 2) sm.reduction_transient = sm.gradients;
 
   // --- the peak: during some micro-batch, or after backward (reduction, norm, optimizer step) ---
-  const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak;
+  const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak + sm.zero2_full_buckets;
   const double after_backward = sm.reduction_transient + sm.optimizer_step_transient;
   if (after_backward > during_microbatch) {
     sm.peak_allocated = sm.static_bytes + after_backward;

@@ -24,7 +24,7 @@ struct StageMemory {
   double gradients = 0;
   double optimizer_states = 0;     // fp32 master weights (bf16 training), Adam moments, step counters
   double model_buffers = 0;        // rotary inverse frequencies
-  double comm_buffers = 0;         // ZeRO-2/3 reduce-scatter buckets, ZeRO-3 parameter gathers
+  double comm_buffers = 0;         // ZeRO-3 reduce-scatter buckets and parameter gathers
   double cublas_workspace = 0;     // GPU only
   double static_bytes = 0;         // the sum of the above
   // Activations.
@@ -40,6 +40,7 @@ struct StageMemory {
   std::string microbatch_peak_at;
   double optimizer_step_transient = 0;     // fp32 gradient copies of AdamW's master-weight update
   double reduction_transient = 0;          // CPU (Gloo): bucket copies of the emulated reduce-scatter
+  double zero2_full_buckets = 0;           // ZeRO-2: full-size gradient buckets during backward
   // The result.
   double peak_allocated = 0;
   std::string peak_phase;
@@ -51,6 +52,7 @@ struct MemoryOptions {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::OneFOneB;
   int64_t zero = 0;
   double grad_bucket_bytes = 40.0 * 1024 * 1024;
+  bool accumulate_unsharded = false;  // parallel.zero_accumulate_unsharded (ZeRO-2)
   // Bytes per gradient element in the gradient buffers: 4 (fp32, the default for every dtype) or
   // the parameter dtype's (parallel.grad_reduce_dtype bf16).
   double grad_bytes = 4;
