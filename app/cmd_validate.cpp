@@ -19,10 +19,17 @@ struct ValidateOptions {
   bool json = false;
 };
 
+// The hybrid-sharding groups only when the recipe asks for hybrid sharding (otherwise they are
+// dp_cp and single ranks).
+bool shown(mesh::GroupKind kind, const recipe::MeshShape& m) {
+  return m.dp_shard > 0 || (kind != mesh::GroupKind::DpCpShard && kind != mesh::GroupKind::DpCpReplicate);
+}
+
 nlohmann::json mesh_json(const recipe::MeshShape& m) {
   nlohmann::json groups = nlohmann::json::object();
   const mesh::RankLayout layout(m);
-  for (auto kind : mesh::all_group_kinds()) groups[mesh::group_kind_name(kind)] = layout.all_groups(kind);
+  for (auto kind : mesh::all_group_kinds())
+    if (shown(kind, m)) groups[mesh::group_kind_name(kind)] = layout.all_groups(kind);
   return {{"world_size", m.world_size}, {"tp", m.tp},   {"cp", m.cp},   {"dp", m.dp},
           {"pp", m.pp},                 {"vpp", m.vpp}, {"etp", m.etp}, {"ep", m.ep},
           {"edp", m.edp},               {"global_batch_size", m.global_batch_size},
@@ -34,6 +41,7 @@ std::string groups_text(const recipe::MeshShape& m) {
   const mesh::RankLayout layout(m);
   std::string text = "  groups (global ranks):\n";
   for (auto kind : mesh::all_group_kinds()) {
+    if (!shown(kind, m)) continue;
     const auto groups = layout.all_groups(kind);
     text += fmt::format("    {:<10} {} x {}:", mesh::group_kind_name(kind), groups.size(),
                         groups.empty() ? 0 : groups.front().size());

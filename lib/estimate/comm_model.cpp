@@ -28,6 +28,8 @@ MeshPlacement place_groups(const recipe::MeshShape& m, int64_t gpus_per_node) {
   p.cp = place(m.cp, m.tp);
   p.dp = place(m.dp, m.tp * m.cp);
   p.dp_cp = place(m.dp * m.cp, m.tp);
+  p.dp_cp_shard = place(m.shard_dp() * m.cp, m.tp);
+  p.dp_cp_replicate = place(m.dp / m.shard_dp(), m.tp * m.cp * m.shard_dp());
   p.pp = place(m.pp, m.tp * m.cp * m.dp);
   p.etp = place(m.etp, 1);
   p.ep = place(m.ep, m.etp);

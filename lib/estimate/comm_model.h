@@ -25,6 +25,9 @@ struct GroupPlacement {
 struct MeshPlacement {
   GroupPlacement tp, cp, dp, pp, ep, etp, edp;
   GroupPlacement dp_cp;  // dense gradients are reduced over dp x cp (stride tp)
+  // Hybrid sharding: ZeRO's group of dp_shard x cp ranks (stride tp) and the replicas of a shard
+  // (stride tp x cp x dp_shard); without hybrid sharding dp_cp and one rank.
+  GroupPlacement dp_cp_shard, dp_cp_replicate;
   const GroupPlacement& of(CommGroup group) const;
 };
 

@@ -96,7 +96,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
     // Data parallel: gradients reduced once per step over dp x cp (dense) and edp (experts).
     const double dense_bytes = e * double(stage.params.dense), expert_bytes = e * double(stage.params.expert);
-    const double dense_ranks = double(mesh.dp * mesh.cp), expert_ranks = double(mesh.edp);
+    const double dense_ranks = double(mesh.shard_dp() * mesh.cp), expert_ranks = double(mesh.edp);
     if (p.zero >= 3) {
       // Parameters gathered before each use (forward and backward) and gradients reduce-scattered
       // every micro-batch, prefetched behind the computation.
@@ -112,19 +112,43 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
       const double dense_grad_bytes = g * double(stage.params.dense), expert_grad_bytes = g * double(stage.params.expert);
       const CommKind kind = p.zero >= 1 ? CommKind::ReduceScatter : CommKind::AllReduce;
-      tb.dp_comm_s = collective_seconds(kind, dense_grad_bytes, placement.dp_cp, gpu) +
-                     collective_seconds(kind, expert_grad_bytes, placement.edp, gpu);
-      // Buckets reduce during the last micro-batch's backward; the last bucket is always exposed.
+      // ZeRO shards dense weights over dp x cp, or the shard group under hybrid sharding.
+      const GroupPlacement& dense_group = p.zero >= 1 ? placement.dp_cp_shard : placement.dp_cp;
+      const double per_reduction = collective_seconds(kind, dense_grad_bytes, dense_group, gpu) +
+                                   collective_seconds(kind, expert_grad_bytes, placement.edp, gpu);
+      // ZeRO-2 reduce-scatters every micro-batch (unless accumulating unsharded); the others once.
+      const bool every_microbatch = p.zero == 2 && !p.zero_accumulate_unsharded;
+      const double reductions = every_microbatch ? double(m) : 1.0;
+      tb.dp_comm_s = per_reduction * reductions;
+      // Buckets reduce during a micro-batch's backward; the last bucket is always exposed.
       const double backward_s = st.backward.total();
       const double grad_bytes = dense_grad_bytes + expert_grad_bytes;
       const double last_bucket =
-          grad_bytes > 0 ? tb.dp_comm_s * std::min(1.0, p.grad_bucket_mb * 1024 * 1024 / grad_bytes) : 0;
-      tb.dp_exposed_s = p.overlap_grad_reduce ? std::max(0.0, tb.dp_comm_s - backward_s) + std::min(tb.dp_comm_s, last_bucket)
-                                              : tb.dp_comm_s;
-      tb.dp_exposed_s = std::min(tb.dp_exposed_s, tb.dp_comm_s);
-      if (p.zero >= 1)
-        tb.param_gather_s = collective_seconds(CommKind::AllGather, dense_bytes, placement.dp_cp, gpu) +
-                            collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
+          grad_bytes > 0 ? per_reduction * std::min(1.0, p.grad_bucket_mb * 1024 * 1024 / grad_bytes) : 0;
+      const double exposed_once =
+          p.overlap_grad_reduce ? std::max(0.0, per_reduction - backward_s) + std::min(per_reduction, last_bucket)
+                                : per_reduction;
+      tb.dp_exposed_s = std::min(exposed_once, per_reduction) * reductions;
+      // Hybrid sharding: each shard all-reduced over its replicas after backward (not overlapped).
+      if (p.zero >= 1 && placement.dp_cp_replicate.size > 1) {
+        const double across = collective_seconds(CommKind::AllReduce, dense_grad_bytes / double(placement.dp_cp_shard.size),
+                                                 placement.dp_cp_replicate, gpu);
+        tb.dp_comm_s += across;
+        tb.dp_exposed_s += across;
+      }
+      if (p.zero >= 1) {
+        // The updated parameters' all-gather; with overlap_param_gather it runs behind the next
+        // forward (the first layers' buckets first), exposing what the first micro-batch's forward
+        // does not cover and the first bucket.
+        const double gather = collective_seconds(CommKind::AllGather, dense_bytes, dense_group, gpu) +
+                              collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
+        const double param_bytes = dense_bytes + expert_bytes;
+        const double first_bucket =
+            param_bytes > 0 ? gather * std::min(1.0, p.grad_bucket_mb * 1024 * 1024 * e / g / param_bytes) : 0;
+        tb.param_gather_s = p.overlap_param_gather
+                                ? std::min(gather, std::max(0.0, gather - st.forward.total()) + first_bucket)
+                                : gather;
+      }
     }
     // Optimizer: memory-bound over this rank's shard of the parameters.
     const double shard = p.zero >= 1 ? double(stage.params.dense) / dense_ranks + double(stage.params.expert) / expert_ranks

@@ -77,7 +77,8 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   sm.moe_layers = stage.moe_layers;
 
   // --- model state: ZeRO shards over dp x cp (dense parameters) and edp (expert parameters) ---
-  const double dense_ranks = double(mesh.dp * mesh.cp), expert_ranks = double(mesh.edp);
+  // ZeRO shards dense weights over dp x cp, or with hybrid sharding over dp_shard x cp.
+  const double dense_ranks = double(mesh.shard_dp() * mesh.cp), expert_ranks = double(mesh.edp);
   const bool data_parallel = mesh.dp * mesh.cp > 1 || mesh.edp > 1;
   const double pd = double(stage.params.dense), pe = double(stage.params.expert);
   auto sharded = [&](int64_t from_stage) {

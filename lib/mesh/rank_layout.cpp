@@ -9,7 +9,8 @@ namespace trainer::mesh {
 const std::vector<GroupKind>& all_group_kinds() {
   static const std::vector<GroupKind> kinds = {GroupKind::Tp,   GroupKind::Cp,  GroupKind::Dp,  GroupKind::Pp,
                                                GroupKind::DpCp, GroupKind::TpCp, GroupKind::TpDpCp, GroupKind::Ep, GroupKind::Etp,
-                                               GroupKind::Edp,  GroupKind::Embedding};
+                                               GroupKind::Edp,  GroupKind::Embedding, GroupKind::DpCpShard,
+                                               GroupKind::DpCpReplicate};
   return kinds;
 }
 
@@ -26,6 +27,8 @@ std::string group_kind_name(GroupKind kind) {
     case GroupKind::Etp: return "etp";
     case GroupKind::Edp: return "edp";
     case GroupKind::Embedding: return "embedding";
+    case GroupKind::DpCpShard: return "dp_cp_shard";
+    case GroupKind::DpCpReplicate: return "dp_cp_replicate";
   }
   return "?";
 }
@@ -34,6 +37,8 @@ RankLayout::RankLayout(const recipe::MeshShape& shape) : shape_(shape) {
   if (shape.tp * shape.cp * shape.dp * shape.pp != shape.world_size ||
       shape.etp * shape.ep * shape.edp * shape.pp != shape.world_size)
     throw std::invalid_argument("mesh sizes do not multiply to the world size");
+  if (shape.dp_shard < 0 || shape.dp % shape.shard_dp() != 0)
+    throw std::invalid_argument("dp_shard does not divide dp");
 }
 
 Coordinates RankLayout::coordinates(int64_t rank) const {
@@ -103,6 +108,15 @@ std::vector<int64_t> RankLayout::group(GroupKind kind, int64_t rank) const {
       break;
     case GroupKind::Edp:
       for (int64_t i = 0; i < s.edp; ++i) members.push_back(expert_rank(c.etp, c.ep, i, c.pp));
+      break;
+    case GroupKind::DpCpShard: {
+      const int64_t first = c.dp / s.shard_dp() * s.shard_dp();
+      for (int64_t d = first; d < first + s.shard_dp(); ++d)
+        for (int64_t i = 0; i < s.cp; ++i) members.push_back(dense_rank(c.tp, i, d, c.pp));
+      break;
+    }
+    case GroupKind::DpCpReplicate:
+      for (int64_t d = c.dp % s.shard_dp(); d < s.dp; d += s.shard_dp()) members.push_back(dense_rank(c.tp, c.cp, d, c.pp));
       break;
     case GroupKind::Embedding: {
       const int64_t first = dense_rank(c.tp, c.cp, c.dp, 0), last = dense_rank(c.tp, c.cp, c.dp, s.pp - 1);

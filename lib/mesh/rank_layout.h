@@ -21,7 +21,10 @@ struct Coordinates {
 // tensor x context group, TpDpCp the whole pipeline stage (sequence-parallel norm gradients);
 // Embedding holds the first and last pipeline stage of a pipeline group (tied embeddings), a
 // single rank when pp = 1.
-enum class GroupKind { Tp, Cp, Dp, Pp, DpCp, TpCp, TpDpCp, Ep, Etp, Edp, Embedding };
+// DpCpShard and DpCpReplicate split DpCp for hybrid sharding (recipe parallel.dp_shard): the ranks of
+// dp_shard consecutive dp positions (x cp), and the ranks at the same position in every such group.
+// Without hybrid sharding DpCpShard is DpCp and DpCpReplicate has one rank.
+enum class GroupKind { Tp, Cp, Dp, Pp, DpCp, TpCp, TpDpCp, Ep, Etp, Edp, Embedding, DpCpShard, DpCpReplicate };
 
 const std::vector<GroupKind>& all_group_kinds();  // the creation order
 std::string group_kind_name(GroupKind kind);      // "tp", "dp_cp", ...

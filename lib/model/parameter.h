@@ -49,6 +49,9 @@ struct Parameter {
   // cp for sequence-parallel norm weights).
   mesh::GroupKind grad_group = mesh::GroupKind::DpCp;
   int64_t chunk = 0;                  // the model chunk that uses it (pipeline stages hold chunks)
+  // The forward unit that first uses it, in model order: 0 the embedding, 1 + i decoder layer i,
+  // num_hidden_layers + 1 the final norm and LM head (ParameterSet::before_forward).
+  int64_t unit = 0;
   int64_t uses = 1;                   // gradient contributions per micro-batch (2: a tied embedding)
   // A tied embedding split across the pipeline: the first stage's embedding and the last stage's
   // LM head are copies of one weight; their gradients are summed and their holders counted over
@@ -112,6 +115,12 @@ class ParameterSet {
   const Parameter* find(const std::string& name) const;
   const ParameterOptions& options() const { return options_; }
   int64_t local_numel() const;
+  // Called by the model before a forward unit (Parameter::unit) uses its parameters: ZeRO's
+  // overlapped all-gather waits there for the unit's buckets. No hook: nothing happens.
+  void set_before_forward(std::function<void(int64_t unit)> hook) { before_forward_ = std::move(hook); }
+  void before_forward(int64_t unit) const {
+    if (before_forward_) before_forward_(unit);
+  }
   // Where the linears of this model queue deferred weight gradients (zero-bubble's W).
   // Layers keep pointers to it and to the parameters (a deque): both stay put when the set moves.
   WeightGradQueue& weight_grads() { return *weight_grads_; }
@@ -120,6 +129,7 @@ class ParameterSet {
   ParameterOptions options_;
   std::shared_ptr<WeightGradQueue> weight_grads_;
   std::deque<Parameter> parameters_;  // deque: references stay valid as parameters are added
+  std::function<void(int64_t)> before_forward_;
 };
 
 // The global initial value of a parameter: fp32 on CPU, a function of (seed, name, shape) only.

@@ -70,10 +70,13 @@ Transformer::Transformer(const ModelOptions& options)
     if (chunk.embedding)
       embed_ = Embedding(params_, "model.embed_tokens.weight", c.vocab_size, padded_vocab, c.hidden_size, options.tp);
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+      const size_t layer_begin = params_.all().size();
       layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep, options.aux_loss_scale,
                            options.z_loss_scale);
       layer_index_.push_back(i);
+      for (size_t p = layer_begin; p < params_.all().size(); ++p) params_.all()[p].unit = 1 + i;
     }
+    const size_t head_begin = params_.all().size();
     if (chunk.head) {
       final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
       if (c.tie_word_embeddings && chunks_.front().embedding) {
@@ -89,6 +92,7 @@ Transformer::Transformer(const ModelOptions& options)
       }
     }
     for (size_t i = before; i < params_.all().size(); ++i) params_.all()[i].chunk = int64_t(k);
+    for (size_t i = head_begin; i < params_.all().size(); ++i) params_.all()[i].unit = head_unit();
   }
   // The embedding whose tied LM head is a copy on the last stage.
   bool head_here = false;
@@ -126,6 +130,7 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
+    params_.before_forward(1 + layer_index_[i]);
     if (options_.recompute == Recompute::Full) {
       // Keep only the layer input; everything inside is recomputed in backward.
       const bool moe = layer.is_moe();
@@ -169,6 +174,7 @@ at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, co
     const int64_t b = inputs.size(0);
     token_keys = (mine.unsqueeze(1) * b + at::arange(b, index_options).unsqueeze(0)).reshape({-1});
   }
+  if (layout.embedding) params_.before_forward(0);
   return run_layers(layout, layout.embedding ? embed_.forward(inputs.t()) : hidden, cos, sin, token_keys, aux);
 }
 
@@ -185,7 +191,9 @@ at::Tensor Transformer::logits(const at::Tensor& inputs) const {
     throw std::logic_error("Transformer::logits gives full-vocabulary logits, which a tensor-parallel rank never holds");
   if (!whole_model()) throw std::logic_error("Transformer::logits needs the whole model on this rank");
   at::Tensor aux;
-  const at::Tensor padded = lm_head_.forward(final_norm_.forward(chunk_layers(0, at::Tensor(), inputs, &aux)));
+  const at::Tensor x = chunk_layers(0, at::Tensor(), inputs, &aux);
+  params_.before_forward(head_unit());
+  const at::Tensor padded = lm_head_.forward(final_norm_.forward(x));
   return padded.narrow(-1, 0, options_.config.vocab_size).transpose(0, 1).contiguous();
 }
 
@@ -197,6 +205,7 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
 }
 
 at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
+  params_.before_forward(head_unit());
   const at::Tensor h = final_norm_.forward(x, options_.recompute == Recompute::Selective);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
   // whole sequence (gathered from the sequence-parallel chunks; the gradient is reduce-scattered

@@ -115,6 +115,9 @@ class Transformer {
   // The per-expert routing biases (model.moe.bias_update_rate > 0), or null.
   RoutingBias* routing_bias() const { return routing_bias_.get(); }
 
+  // Parameter::unit of the final norm and LM head.
+  int64_t head_unit() const { return options_.config.num_hidden_layers + 1; }
+
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   const ModelOptions& options() const { return options_; }

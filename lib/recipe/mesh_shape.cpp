@@ -16,6 +16,7 @@ MeshShape mesh_shape(const Recipe& recipe, int64_t world_size) {
   m.pp = p.pp;
   m.vpp = p.vpp;
   m.dp = world_size / (p.tp * p.cp * p.pp);
+  m.dp_shard = p.dp_shard > 0 && p.dp_shard < m.dp ? p.dp_shard : 0;
   m.etp = p.etp;
   m.ep = p.ep;
   m.edp = world_size / (p.etp * p.ep * p.pp);

@@ -13,6 +13,8 @@ struct MeshShape {
   int64_t world_size = 1;
   int64_t tp = 1, cp = 1, dp = 1, pp = 1, vpp = 1;
   int64_t etp = 1, ep = 1, edp = 1;
+  int64_t dp_shard = 0;  // hybrid sharding: data-parallel ranks per ZeRO shard group; 0: all of dp
+  int64_t shard_dp() const { return dp_shard > 0 ? dp_shard : dp; }
   int64_t global_batch_size = 1;
   int64_t grad_accum_steps = 1;  // micro-batches per rank per optimizer step
 };

@@ -80,6 +80,11 @@ struct ParallelConfig {
   // ZeRO-2: accumulate full gradients over micro-batches and reduce-scatter once per step
   // (false: every micro-batch reduce-scatters into the shard).
   bool zero_accumulate_unsharded = false;
+  // Hybrid sharding: ZeRO shards dense weights over groups of dp_shard data-parallel ranks (x cp),
+  // normally inside a node, and replicates across the groups; -1: over all of dp.
+  int64_t dp_shard = -1;
+  // ZeRO: parameter all-gathers after the optimizer step overlap the next forward.
+  bool overlap_param_gather = true;
   std::string grad_reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 or bf16
   double collective_timeout_s = 600.0;
 };

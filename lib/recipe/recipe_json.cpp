@@ -132,6 +132,8 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
   p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
   p.zero_accumulate_unsharded = get<bool>(d, "parallel.zero_accumulate_unsharded");
+  p.dp_shard = get_int(d, "parallel.dp_shard");
+  p.overlap_param_gather = get<bool>(d, "parallel.overlap_param_gather");
   p.grad_reduce_dtype = get<std::string>(d, "parallel.grad_reduce_dtype");
   p.collective_timeout_s = get<double>(d, "parallel.collective_timeout_s");
 
@@ -241,7 +243,7 @@ json recipe_to_json(const Recipe& r) {
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
         {"pipeline_layout", p.pipeline_layout.empty() ? json(nullptr) : json(p.pipeline_layout)},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
-        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", p.zero_accumulate_unsharded}, {"grad_reduce_dtype", p.grad_reduce_dtype},
+        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", p.zero_accumulate_unsharded}, {"dp_shard", p.dp_shard}, {"overlap_param_gather", p.overlap_param_gather}, {"grad_reduce_dtype", p.grad_reduce_dtype},
         {"collective_timeout_s", p.collective_timeout_s}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},

@@ -14,6 +14,8 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
   // Without experts etp means nothing: only its default (tp) or 1.
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
   if (p.zero > 2) unsupported("zero", p.zero);
+  // Hybrid sharding covers dense weights; expert weights would need their own shard groups.
+  if (r.model.moe && p.dp_shard != -1) unsupported("dp_shard", p.dp_shard);
 }
 }  // namespace
 
@@ -26,7 +28,10 @@ bool runtime_supports(const Recipe& r) {
 std::vector<std::string> runtime_support_problems(const Recipe& r) {
   std::vector<std::string> problems;
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
-    if (name == "zero")
+    if (name == "dp_shard")
+      problems.push_back(fmt::format("parallel.dp_shard={}: hybrid sharding is implemented for dense models (expert "
+                                     "weights would need shard groups of their own); use dp_shard -1", value));
+    else if (name == "zero")
       problems.push_back(fmt::format("parallel.zero={}: this build implements ZeRO stages 0, 1 and 2; use zero 2", value));
     else
       problems.push_back(fmt::format("parallel.{}={}: not supported by this build; `trainer validate` and the "

@@ -166,6 +166,14 @@ std::vector<KeySpec> build_schema() {
                            "soon as its last gradient is ready.")));
   s.push_back(key("parallel.overlap_grad_reduce", K::Boolean, true,
                   "Start bucket reductions during backward (false: all after backward, for comparison)."));
+  s.push_back(key("parallel.overlap_param_gather", K::Boolean, true,
+                  "ZeRO 1 and 2: the updated parameters' all-gather runs bucket by bucket behind the next forward, "
+                  "each bucket waited for just before its first layer (false: all gathered at the optimizer step)."));
+  s.push_back(at_least(key("parallel.dp_shard", K::Integer, -1,
+                           "Hybrid sharding (ZeRO 1 and 2): shard dense weights' optimizer states and gradients over "
+                           "groups of dp_shard data-parallel ranks (times cp), normally one node, and replicate across "
+                           "the groups (gradients all-reduced between replicas); -1: shard over all of dp."),
+                       -1));
   s.push_back(key("parallel.zero_accumulate_unsharded", K::Boolean, false,
                   "ZeRO-2 with gradient accumulation: accumulate full gradients over the micro-batches and "
                   "reduce-scatter once per step (less communication, ZeRO-1's gradient memory); false: every "

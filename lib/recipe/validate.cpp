@@ -200,6 +200,20 @@ class Checker {
             "the same ranks into etp x ep x edp x pp); use ep in {}",
             world, p.etp, p.ep, p.pp, expert, divisors_text(std::gcd(world / (p.etp * p.pp), r_.model.moe->num_local_experts)));
     }
+    if (p.dp_shard != -1) {
+      const int64_t group = p.tp * p.cp * p.dp_shard;
+      if (p.dp_shard < 1 || dp % p.dp_shard != 0)
+        add("parallel.dp_shard={} does not divide dp={} (world size {} / (tp * cp * pp)); use dp_shard in {} or -1",
+            p.dp_shard, dp, world, divisors_text(dp, 64));
+      else if (p.zero < 1)
+        add("parallel.dp_shard={} shards ZeRO's states, but parallel.zero=0; set parallel.zero to 1 or 2, or dp_shard -1",
+            p.dp_shard);
+      else if (group > r_.hardware.gpus_per_node || r_.hardware.gpus_per_node % group != 0)
+        add("parallel.dp_shard={}: a shard group spans tp * cp * dp_shard = {} * {} * {} = {} ranks, which do not fit "
+            "evenly in a node of hardware.gpus_per_node={}; use dp_shard in {}",
+            p.dp_shard, p.tp, p.cp, p.dp_shard, group, r_.hardware.gpus_per_node,
+            divisors_text(std::gcd(dp, std::max<int64_t>(1, r_.hardware.gpus_per_node / (p.tp * p.cp))), 64));
+    }
     const int64_t per_step = t.micro_batch_size * dp;
     const int64_t global = t.global_batch_size.value_or(per_step);
     if (global % per_step != 0) {

@@ -27,27 +27,41 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
   if (!params.empty() && params.front().tensor.scalar_type() == at::kDouble) options.grad_dtype = at::kDouble;
   buckets_ = std::make_unique<parallel::GradBuckets>(params, groups, options);
   if (options.sharded)
-    zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, params, recipe.optimizer);
+    zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, model.parameters(), recipe.optimizer,
+                                                              recipe.parallel.overlap_param_gather);
   else
     adamw_ = std::make_unique<optim::AdamW>(params, recipe.optimizer);
 }
 
 const parallel::OverlapStats* OptimizerDriver::overlap() const {
   for (const auto& b : buckets_->buckets())
-    if (b.comm->size() > 1) return &buckets_->stats();
+    if (b.comm->size() > 1) {
+      overlap_ = buckets_->stats();
+      if (zero1_) overlap_.param_gather_wait_s = zero1_->gather_wait_s();
+      return &overlap_;
+    }
   return nullptr;
+}
+
+void OptimizerDriver::wait_parameter_gathers() {
+  if (zero1_) zero1_->wait_gathers();
 }
 
 std::string OptimizerDriver::describe() const {
   const auto& all = buckets_->buckets();
   const int64_t ranks = groups_.get(mesh::GroupKind::DpCp).size();
+  const int64_t replicas = groups_.get(mesh::GroupKind::DpCpReplicate).size();
+  const std::string over = replicas > 1 && zero1_ ? fmt::format("{} x {} data-parallel ranks (hybrid: sharded over {}, "
+                                                                "replicated {} times)",
+                                                                ranks / replicas, replicas, ranks / replicas, replicas)
+                                                  : fmt::format("{} data-parallel ranks", ranks);
   const std::string buckets = count_of(int64_t(all.size()), "gradient bucket", "gradient buckets");
   const std::string dtype =
       all.empty() ? "" : fmt::format(", {} gradients", buckets_->reduced(all.front()).scalar_type() == at::kBFloat16 ? "bf16" : "fp32");
   if (zero1_ && zero_stage_ >= 2)
-    return fmt::format("ZeRO-2 over {} data-parallel ranks (gradients reduce-scattered {}), {}{}", ranks,
+    return fmt::format("ZeRO-2 over {} (gradients reduce-scattered {}), {}{}", over,
                        accumulate_unsharded_ ? "once per step" : "every micro-batch", buckets, dtype);
-  if (zero1_) return fmt::format("ZeRO-1 over {} data-parallel ranks, {}{}", ranks, buckets, dtype);
+  if (zero1_) return fmt::format("ZeRO-1 over {}, {}{}", over, buckets, dtype);
   if (ranks > 1) return fmt::format("replicated AdamW, {} all-reduced over {} ranks{}", buckets, ranks, dtype);
   return "AdamW" + dtype;
 }

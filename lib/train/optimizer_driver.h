@@ -43,8 +43,12 @@ class OptimizerDriver {
   // Loads this rank's state (its ZeRO-1 fragments, or all of it) tensor by tensor.
   void load_state(const parallel::StateReader& read, int64_t steps_taken);
 
-  // Overlap figures of the gradient reductions, when there are any across ranks.
+  // Overlap figures of the gradient reductions (and ZeRO's parameter gathers), when there are any
+  // across ranks.
   const parallel::OverlapStats* overlap() const;
+  // ZeRO: waits for the parameter all-gathers of the last step, which otherwise complete during the
+  // next forward. Call before reading parameters outside a forward (checkpoints, exports).
+  void wait_parameter_gathers();
   std::string describe() const;
 
  private:
@@ -55,6 +59,7 @@ class OptimizerDriver {
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<parallel::DistributedOptimizer> zero1_;
+  mutable parallel::OverlapStats overlap_;
 };
 
 }  // namespace trainer::train

@@ -209,6 +209,7 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
                              {"launched_in_backward", overlap->launched_in_backward},
                              {"first_launch_s", overlap->first_launch_s},
                              {"backward_end_s", overlap->backward_end_s}};
+  if (overlap && overlap->param_gather_wait_s >= 0) m.extra["dp_overlap"]["param_gather_wait_s"] = overlap->param_gather_wait_s;
   std::string moe_summary;
   if (f.moe_load.defined()) moe_summary = moe_statistics(f, &m.extra);
   say(metrics::format_console_line(m) + moe_summary);

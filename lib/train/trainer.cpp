@@ -115,6 +115,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   CheckpointSaver saver(loaded, groups, say);
   std::optional<EvaluationResult> last_evaluation;
   auto state = [&] {
+    optimizer.wait_parameter_gathers();  // the parameters hold the update before they are captured
     auto content = capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
                                           progress, groups);
     if (const model::RoutingBias* bias = model.routing_bias()) content.extra["moe_routing_bias"] = bias->to_json();
@@ -164,6 +165,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       saver.save(state(), progress.step, "interval", true);
     saver.report_committed();
   }
+  optimizer.wait_parameter_gathers();
   summary.steps_completed = progress.step;
   summary.last_loss = log.last_loss();
   summary.last_checkpoint = saver.finish();

@@ -842,7 +842,7 @@ TEST_CASE("dist: a checkpoint saved at DP=2 with ZeRO-1 resumes bit-identically 
   }
 }
 
-TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4 - per micro-batch or unsharded accumulation - with tp pp and ep", "[dist][zero]") {
+TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4 - per micro-batch or unsharded accumulation - with tp pp and ep - and hybrid 2x2", "[dist][zero]") {
   TempDir dir;
   struct Case {
     std::string name, recipe;
@@ -861,6 +861,10 @@ TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4
       {"pp2 dp2 zero_bubble tied", kTiny, 4, " --set model.tie_word_embeddings=true",
        " --set parallel.pp=2 --set parallel.pipeline_schedule=zero_bubble"},
       {"ep2 edp2 moe", kTinyMoe, 4, "", " --set parallel.ep=2"},
+      // Hybrid sharding: shards over pairs of ranks, replicated across the pairs (ZeRO-2 and -1).
+      {"dp4 hybrid 2x2", kTiny, 4, "", " --set parallel.dp_shard=2"},
+      {"dp4 hybrid 2x2 zero1", kTiny, 4, "", " --set parallel.dp_shard=2 --set parallel.zero=1"},
+      {"tp2 dp2 hybrid 1x2 zero1", kTiny, 4, "", " --set parallel.tp=2 --set parallel.dp_shard=1 --set parallel.zero=1"},
   };
   std::map<std::string, std::vector<nlohmann::json>> references;  // by recipe and shared options
   for (const auto& c : cases) {
@@ -881,7 +885,7 @@ TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4
                         common_sets(file));
     INFO(c.name << "\n" << r.out << r.err);
     REQUIRE(r.exit_code == 0);
-    CHECK(r.out.find("ZeRO-2 over") != std::string::npos);
+    CHECK(r.out.find(c.parallel.find("zero=1") == std::string::npos ? "ZeRO-2 over" : "ZeRO-1 over") != std::string::npos);
     const auto m = read_jsonl(file);
     REQUIRE(m.size() == 20);
     const double worst = max_relative_difference(reference, m);
@@ -890,7 +894,7 @@ TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4
   }
 }
 
-TEST_CASE("dist: a checkpoint saved under ZeRO-2 at DP=2 resumes bit-identically there and at ZeRO 0 and 1 on other meshes", "[dist][zero]") {
+TEST_CASE("dist: a checkpoint saved under ZeRO-2 at DP=2 resumes bit-identically there and at ZeRO 0 - 1 and hybrid 2x2 on other meshes", "[dist][zero]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny;
   const std::string ck = dir.path() + "/ck";
@@ -900,10 +904,13 @@ TEST_CASE("dist: a checkpoint saved under ZeRO-2 at DP=2 resumes bit-identically
   REQUIRE(full.exit_code == 0);
   const auto reference = read_jsonl(dir.path() + "/full.jsonl");
   REQUIRE(reference.size() == 20);
-  for (const auto& [nproc, zero] : std::vector<std::pair<int, int>>{{2, 2}, {1, 0}, {4, 1}}) {
+  // The last: dp 4 with hybrid sharding over pairs (each rank reads the fragments of its pair's shard).
+  for (const auto& [nproc, zero] : std::vector<std::pair<int, int>>{{2, 2}, {1, 0}, {4, 1}, {4, 2}}) {
     const std::string file = dir.path() + "/resumed-" + std::to_string(nproc) + "-" + std::to_string(zero) + ".jsonl";
+    const std::string hybrid = nproc == 4 && zero == 2 ? " --set parallel.dp_shard=2" : "";
     const auto r = bash(trainer + " --nproc-per-node " + std::to_string(nproc) + " --set parallel.zero=" +
-                        std::to_string(zero) + " --set checkpoint.resume=" + ck + "/step-00000010" + common_sets(file));
+                        std::to_string(zero) + hybrid + " --set checkpoint.resume=" + ck + "/step-00000010" +
+                        common_sets(file));
     INFO("dp " << nproc << " zero " << zero << "\n" << r.out << r.err);
     REQUIRE(r.exit_code == 0);
     const auto resumed = read_jsonl(file);

@@ -134,7 +134,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (2 data-para
   check_accuracy(kTinyMoe, {{"parallel.zero=1", "training.recompute=selective"}}, 2);
 }
 
-TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 2 at 4 ranks - parameter-heavy)", "[estimate]") {
+TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 2 and hybrid at 4 ranks - parameter-heavy)", "[estimate]") {
   // Parameters, gradients and optimizer states dominate (short sequences), so the peak is where
   // the stages differ: the gradient buffers, their reductions and the parameter all-gather.
   const std::vector<std::string> heavy = {"model.hidden_size=256", "model.intermediate_size=768",
@@ -152,6 +152,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 2
       with({"parallel.zero=2"}),
       with({"parallel.zero=2", "parallel.zero_accumulate_unsharded=true"}),
       with({"parallel.zero=2", "training.dtype=bf16"}),
+      with({"parallel.zero=2", "parallel.dp_shard=2"}),
   }, 4);
   // The measured peaks fall as the stages say: ZeRO-2 keeps a quarter of the fp32 gradients
   // (ZeRO-1's peak is at its all-gather, above ZeRO-0's on the CPU where Gloo copies).
@@ -160,6 +161,9 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 2
   CHECK(peaks[2] < 0.7 * peaks[0]);
   CHECK(peaks[2] < peaks[3]);
   CHECK(peaks[3] < peaks[1]);
+  // Hybrid 2 x 2 keeps half the gradients and optimizer states: between ZeRO-2 and ZeRO-1.
+  CHECK(peaks[5] > peaks[2]);
+  CHECK(peaks[5] < peaks[1]);
 }
 
 TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE folded over tp and ep and etp)", "[estimate]") {

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 
 #include "parallel/data/replicas.h"
@@ -15,18 +17,27 @@ namespace {
 constexpr const char* kStateNames[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 }  // namespace
 
-DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params,
-                                           const recipe::OptimizerConfig& config)
-    : buckets_(buckets), params_(params), config_(config) {
+DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params,
+                                           const recipe::OptimizerConfig& config, bool overlap_gather)
+    : buckets_(buckets), set_(params), params_(params.all()), overlap_gather_(overlap_gather), config_(config) {
   at::NoGradGuard no_grad;
   auto& all = buckets.buckets();
+  gathers_.resize(all.size());
+  for (size_t b = 0; b < all.size(); ++b)
+    for (size_t p : all[b].params) {
+      const auto unit = size_t(params_[p].unit);
+      if (unit_buckets_.size() <= unit) unit_buckets_.resize(unit + 1);
+      auto& list = unit_buckets_[unit];
+      if (std::find(list.begin(), list.end(), b) == list.end()) list.push_back(b);
+    }
+  if (overlap_gather_) set_.set_before_forward([this](int64_t unit) { wait_unit(unit); });
   for (size_t b = 0; b < all.size(); ++b) {
     auto& bucket = all[b];
     const int64_t lo = GradBuckets::shard_begin(bucket), n = GradBuckets::shard_numel(bucket), hi = lo + n;
     const at::Tensor master = bucket.values.narrow(0, lo, n).to(at::kFloat).clone();
     shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
     for (size_t i = 0; i < bucket.params.size(); ++i) {
-      const int64_t begin = bucket.offsets[i], end = begin + params[bucket.params[i]].tensor.numel();
+      const int64_t begin = bucket.offsets[i], end = begin + params_[bucket.params[i]].tensor.numel();
       const int64_t a = std::max(begin, lo), z = std::min(end, hi);
       if (a >= z) continue;
       fragments_.push_back({b, bucket.params[i], a - begin, a - lo, z - a});
@@ -56,16 +67,55 @@ void DistributedOptimizer::step(double lr) {
     at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1, config_.beta2,
                       decay ? config_.weight_decay : 0.0, config_.eps, false, false);
   }
-  // Write the updated shard into the parameter storage and gather every rank's shard.
-  std::vector<std::unique_ptr<comm::Work>> gathers;
-  for (size_t b = 0; b < all.size(); ++b) {
+  // Write the updated shard into the parameter storage and gather every rank's shard. Buckets hold
+  // parameters in reverse order (as backward produces gradients): gathering them last bucket first
+  // brings the first layers' parameters first, as the next forward needs them (the same order on
+  // every rank of a group).
+  {
+    const auto start = std::chrono::steady_clock::now();
+    wait_gathers();  // any that forward did not need
+    gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  last_gather_wait_s_ = gather_wait_s_;
+  gather_wait_s_ = 0;
+  for (size_t b = all.size(); b-- > 0;) {
     auto& bucket = all[b];
     at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
     mine.copy_(shards_[b][kMaster]);
-    gathers.push_back(bucket.comm->all_gather(bucket.values, mine.clone()));
+    gathers_[b] = bucket.comm->all_gather(bucket.values, mine.clone());
   }
-  for (auto& g : gathers) g->wait();
+  if (!overlap_gather_) {
+    const auto start = std::chrono::steady_clock::now();
+    wait_gathers();
+    last_gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   ++steps_taken_;
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  if (overlap_gather_) set_.set_before_forward(nullptr);
+}
+
+void DistributedOptimizer::wait_gathers() {
+  for (auto& g : gathers_)
+    if (g) {
+      g->wait();
+      g.reset();
+    }
+}
+
+void DistributedOptimizer::wait_unit(int64_t unit) {
+  if (unit < 0 || size_t(unit) >= unit_buckets_.size()) return;
+  const auto start = std::chrono::steady_clock::now();
+  bool waited = false;
+  for (size_t b : unit_buckets_[size_t(unit)]) {
+    auto& g = gathers_[b];
+    if (!g) continue;
+    g->wait();
+    g.reset();
+    waited = true;
+  }
+  if (waited) gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void DistributedOptimizer::refresh_master_weights() {

@@ -4,6 +4,12 @@
 // the buckets' reduce-scatter, each rank updates its shard with the fused AdamW kernel and the
 // updated parameters are all-gathered. The gradient norm and clipping are the buckets' (over the
 // shards, each unique element counted once), so they match the unsharded optimizer.
+//
+// Overlapped gathers (overlap_gather, the default): step() launches every bucket's all-gather and
+// returns; the next forward waits for a bucket's gather just before the first unit that uses one
+// of its parameters (model::ParameterSet::before_forward), so the gathers of later layers run
+// behind the computation of earlier ones (Megatron's --overlap-param-gather). Anything else that
+// reads the parameters between steps (checkpoints, exports) calls wait_gathers() first.
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -28,10 +34,20 @@ using StateReader = std::function<std::optional<at::Tensor>(const std::string& n
 
 class DistributedOptimizer {
  public:
-  DistributedOptimizer(GradBuckets& buckets, std::deque<model::Parameter>& params, const recipe::OptimizerConfig& config);
+  DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params, const recipe::OptimizerConfig& config,
+                       bool overlap_gather);
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  // Updates this rank's shard and all-gathers the parameters (waits for the gather).
+  // Updates this rank's shard and all-gathers the parameters: waits for the gathers unless they
+  // overlap the next forward.
   void step(double lr);
+  // Waits for every all-gather still in flight: afterwards the parameters hold the updated values.
+  void wait_gathers();
+  // Seconds the last step spent waiting for parameter gathers (their exposed time): overlapped, the
+  // waits of its forward for the previous update's gathers; otherwise the wait in step().
+  double gather_wait_s() const { return last_gather_wait_s_; }
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
   // Copies this rank's shard of the parameters into the fp32 master weights (after loading them).
@@ -54,8 +70,16 @@ class DistributedOptimizer {
   };
   enum Buffer { kMaster, kExpAvg, kExpAvgSq };
 
+  void wait_unit(int64_t unit);
+
   GradBuckets& buckets_;
+  model::ParameterSet& set_;
   std::deque<model::Parameter>& params_;
+  bool overlap_gather_;
+  std::vector<std::unique_ptr<comm::Work>> gathers_;  // per bucket: its all-gather in flight, or null
+  std::vector<std::vector<size_t>> unit_buckets_;     // per forward unit: the buckets holding its parameters
+  double gather_wait_s_ = 0;       // accumulating since the last step()
+  double last_gather_wait_s_ = 0;
   recipe::OptimizerConfig config_;
   std::vector<Fragment> fragments_;
   std::vector<std::array<at::Tensor, 3>> shards_;  // per bucket: fp32 master, exp_avg, exp_avg_sq

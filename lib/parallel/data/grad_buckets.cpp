@@ -53,7 +53,14 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
       b.chunk = p.chunk;
       b.group = p.grad_group;
       b.tied_across_stages = p.tied_across_stages;
-      b.comm = &groups.get(p.grad_group);
+      // Hybrid sharding (dense weights): ZeRO shards inside the shard group; the replicas of each
+      // shard sum theirs after the reduce-scatter.
+      if (options.sharded && b.group == mesh::GroupKind::DpCp &&
+          groups.get(mesh::GroupKind::DpCpReplicate).size() > 1) {
+        b.group = mesh::GroupKind::DpCpShard;
+        b.replicas = &groups.get(mesh::GroupKind::DpCpReplicate);
+      }
+      b.comm = &groups.get(b.group);
     }
     b.params.push_back(k);
     b.offsets.push_back(b.numel);
@@ -252,6 +259,14 @@ void GradBuckets::finish() {
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
   while (!in_flight_.empty()) retire_oldest(nullptr);
+  // Hybrid sharding: each shard summed over its replicas (every rank in bucket order).
+  std::vector<std::unique_ptr<comm::Work>> across;
+  for (auto& b : buckets_)
+    if (b.replicas) {
+      at::Tensor mine = reduced(b);
+      across.push_back(b.replicas->all_reduce(mine, comm::ReduceOp::Sum));
+    }
+  for (auto& w : across) w->wait();
 }
 
 void GradBuckets::sum_tied_across_stages(comm::Communicator& embedding) {

@@ -48,6 +48,7 @@ struct OverlapStats {
   int64_t launched_in_backward = 0;  // buckets whose reduction started before backward returned
   double first_launch_s = -1;        // seconds from begin_step() to the first launch
   double backward_end_s = -1;        // seconds from begin_step() to the end of the last backward
+  double param_gather_wait_s = -1;   // ZeRO: seconds waited for parameter all-gathers (-1: none)
 };
 
 struct BucketOptions {
@@ -63,9 +64,11 @@ class GradBuckets {
  public:
   struct Bucket {
     int64_t chunk = 0;
-    mesh::GroupKind group = mesh::GroupKind::DpCp;
+    mesh::GroupKind group = mesh::GroupKind::DpCp;  // sharded over (hybrid: DpCpShard)
     bool tied_across_stages = false;  // holds only a tied embedding copy (see sum_tied_across_stages)
     comm::Communicator* comm = nullptr;
+    // Hybrid sharding: the reduced shard is then all-reduced over the replicas of the shard group.
+    comm::Communicator* replicas = nullptr;
     std::vector<size_t> params;    // indices into the parameter list
     std::vector<int64_t> offsets;  // element offset of each parameter in the buffers
     int64_t numel = 0;             // used elements

@@ -35,6 +35,8 @@ std::map<GroupKind, Groups> brute_force(const recipe::MeshShape& s) {
           keyed[GroupKind::DpCp][{tp, pp}].push_back(rank);
           keyed[GroupKind::TpCp][{dp, pp}].push_back(rank);
           keyed[GroupKind::TpDpCp][{pp}].push_back(rank);
+          keyed[GroupKind::DpCpShard][{tp, pp}].push_back(rank);  // no hybrid sharding: dp x cp
+          keyed[GroupKind::DpCpReplicate][{tp, cp, dp, pp}].push_back(rank);
         }
   rank = 0;
   for (int64_t pp = 0; pp < s.pp; ++pp)
@@ -75,6 +77,30 @@ TEST_CASE("mesh: Megatron's 16-rank example (TP2 CP2 PP2 DP2 - ETP1 EP4 EDP2)", 
   CHECK(c.pp == 1);
   CHECK(c.ep == 1);
   CHECK(c.edp == 1);
+}
+
+TEST_CASE("mesh: hybrid sharding splits dp x cp into shard groups inside a node and replica groups across", "[mesh]") {
+  // TP2 CP1 DP4 PP1 with dp_shard 2: shard groups of dp positions {0,1} and {2,3} (stride tp),
+  // replicas at the same position in each.
+  auto s = shape(2, 1, 4, 1, 1, 1);
+  s.dp_shard = 2;
+  const mesh::RankLayout layout(s);
+  CHECK(layout.all_groups(GroupKind::DpCpShard) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(layout.all_groups(GroupKind::DpCpReplicate) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // With cp 2 the shard group holds both cp ranks of its dp positions; dp 6 in shards of 3.
+  auto t = shape(1, 2, 6, 1, 1, 1);
+  t.dp_shard = 3;
+  const mesh::RankLayout hybrid(t);
+  CHECK(hybrid.all_groups(GroupKind::DpCpShard) == Groups{{0, 1, 2, 3, 4, 5}, {6, 7, 8, 9, 10, 11}});
+  CHECK(hybrid.all_groups(GroupKind::DpCpReplicate) == Groups{{0, 6}, {1, 7}, {2, 8}, {3, 9}, {4, 10}, {5, 11}});
+  CHECK(hybrid.index_in(GroupKind::DpCpShard, 8) == 2);
+  // Without hybrid sharding the shard group is dp x cp and the replica groups single ranks.
+  const mesh::RankLayout plain(shape(2, 2, 2, 1, 1, 1));
+  CHECK(plain.all_groups(GroupKind::DpCpShard) == plain.all_groups(GroupKind::DpCp));
+  CHECK(plain.all_groups(GroupKind::DpCpReplicate).size() == 8);
+  auto bad = shape(1, 1, 4, 1, 1, 1);
+  bad.dp_shard = 3;
+  CHECK_THROWS(mesh::RankLayout(bad));
 }
 
 TEST_CASE("mesh: groups match a brute-force enumeration for many meshes", "[mesh]") {

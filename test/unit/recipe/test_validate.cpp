@@ -27,6 +27,15 @@ std::vector<std::string> with(std::vector<std::string> sets, const std::vector<s
 const std::vector<std::string> kMoe = {"model.moe.num_local_experts=8"};
 }  // namespace
 
+TEST_CASE("rule: parallel.dp_shard divides dp - needs ZeRO - and its shard groups fit a node", "[recipe][rules]") {
+  expect_problem({"parallel.dp_shard=3", "parallel.zero=1"}, 4, {"parallel.dp_shard=3", "dp=4", "use dp_shard in"});
+  expect_problem({"parallel.dp_shard=2"}, 4, {"parallel.dp_shard=2", "parallel.zero=0"});
+  expect_problem({"parallel.dp_shard=4", "parallel.zero=2", "parallel.tp=2", "hardware.gpus_per_node=4"}, 16,
+                 {"tp * cp * dp_shard = 2 * 1 * 4 = 8", "hardware.gpus_per_node=4", "use dp_shard in"});
+  CHECK(problems_of({"parallel.dp_shard=2", "parallel.zero=2"}, 8).empty());
+  CHECK(problems_of({"parallel.dp_shard=-1", "parallel.zero=1"}, 8).empty());
+}
+
 TEST_CASE("the base recipe is valid at several world sizes", "[recipe][rules]") {
   for (int64_t world : {1, 2, 4, 8, 16}) CHECK(problems_of({}, world).empty());
 }
