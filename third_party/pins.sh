@@ -22,6 +22,8 @@ TORCH_PYTHON_DEPS=("typing-extensions>=4.10.0" "sympy>=1.13.3" "networkx>=2.5.1"
 # Installed by the Hugging Face interchange test itself (with dependencies) into the same Python
 # environment as torch: the reference implementation trainer's exported weights are checked against.
 TEST_PIP_PACKAGES=("transformers==5.23.0" "${TORCH_PYTHON_DEPS[@]}")
+# Installed by the observability test: TensorBoard's own event-file reader checks what trainer writes.
+TENSORBOARD_PIP_PACKAGES=("tensorboard==2.21.0")
 
 # Debian 12 packages: compilers' companions and header-only libraries.
 #   libgloo-dev: headers of the Gloo library whose code is compiled into libtorch_cpu (the wheel

@@ -25,6 +25,9 @@ class CommError : public std::runtime_error {
 struct CommContext {
   int64_t global_rank = 0;
   std::atomic<int64_t> step{0};
+  // Host nanoseconds this rank spent blocked in Work::wait, all communicators together (the step
+  // breakdown's exposed communication).
+  std::atomic<int64_t> wait_ns{0};
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
 };
 

@@ -1,6 +1,7 @@
 #include "comm/gloo_communicator.h"
 
 #include "comm/argument_checks.h"
+#include "metrics/trace_scope.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <algorithm>
+#include <chrono>
 
 namespace trainer::comm {
 
@@ -57,6 +59,7 @@ class GlooCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int64_t>& global_ranks() const override { return ranks_; }
   const CommContext& context() const { return *context_; }
+  std::atomic<int64_t>& wait_ns() const { return context_->wait_ns; }
 
   std::string describe(const std::string& op) const {
     return fmt::format("rank {}: {} on group {} (ranks [{}], this is rank {} of {}) at step {}", context_->global_rank,
@@ -65,6 +68,7 @@ class GlooCommunicator : public Communicator {
 
   template <typename F>
   auto guarded(const std::string& op, F&& start) {
+    const metrics::TraceScope scope("{} {}", op, name_);  // in profiler traces: the collective and its group
     try {
       return start();
     } catch (const std::exception& e) {
@@ -170,6 +174,15 @@ class GlooCommunicator : public Communicator {
 
 void GlooWork::wait() {
   if (done_) return;
+  const auto start = std::chrono::steady_clock::now();
+  struct CountWait {  // also when a wait throws
+    std::atomic<int64_t>& into;
+    std::chrono::steady_clock::time_point start;
+    ~CountWait() {
+      into += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    }
+  } count{owner_->wait_ns(), start};
+  const metrics::TraceScope scope("wait {} {}", op_, owner_->name());
   for (auto& work : works_) {
     try {
       work->wait(owner_->context().timeout);

@@ -65,7 +65,7 @@ json fill_defaults(const json& merged, std::vector<std::string>& problems) {
 
 // The keys that name files or directories.
 const char* const kPathKeys[] = {"model.hf_config", "model.init_from", "checkpoint.dir", "checkpoint.resume",
-                                 "logging.metrics_file"};
+                                 "logging.metrics_file", "logging.tensorboard_dir", "profiling.dir"};
 
 // One rule for relative paths: relative to where they were written. A path in the recipe file is
 // relative to the recipe's directory (so a recipe and its data can move together); one given with

@@ -136,6 +136,13 @@ struct CheckpointConfig {
 struct LoggingConfig {
   int64_t interval = 1;
   std::optional<std::string> metrics_file;
+  std::optional<std::string> tensorboard_dir;  // rank 0 writes TensorBoard event files there; none: off
+};
+
+// profiling.steps [first, last] (1-based, inclusive) and the traces' directory; no steps: off.
+struct ProfilingConfig {
+  std::vector<int64_t> steps;
+  std::optional<std::string> dir;
 };
 
 struct HardwareConfig {
@@ -152,6 +159,7 @@ struct Recipe {
   EvaluationConfig evaluation;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  ProfilingConfig profiling;
   HardwareConfig hardware;
 };
 

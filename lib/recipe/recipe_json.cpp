@@ -179,6 +179,11 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
 
   r.logging.interval = get_int(d, "logging.interval");
   r.logging.metrics_file = get_optional<std::string>(d, "logging.metrics_file");
+  r.logging.tensorboard_dir = get_optional<std::string>(d, "logging.tensorboard_dir");
+  if (!at(d, "profiling.steps").is_null())
+    for (const auto& s : at(d, "profiling.steps"))
+      r.profiling.steps.push_back(s.is_number_integer() ? s.get<int64_t>() : static_cast<int64_t>(s.get<double>()));
+  r.profiling.dir = get_optional<std::string>(d, "profiling.dir");
   r.hardware.gpu = get<std::string>(d, "hardware.gpu");
   r.hardware.gpus_per_node = get_int(d, "hardware.gpus_per_node");
   return r;
@@ -261,7 +266,9 @@ json recipe_to_json(const Recipe& r) {
       {"checkpoint",
        {{"dir", optional_json(c.dir)}, {"interval", c.interval}, {"async", c.async}, {"keep", c.keep},
         {"resume", c.resume}}},
-      {"logging", {{"interval", r.logging.interval}, {"metrics_file", optional_json(r.logging.metrics_file)}}},
+      {"logging", {{"interval", r.logging.interval}, {"metrics_file", optional_json(r.logging.metrics_file)}, {"tensorboard_dir", optional_json(r.logging.tensorboard_dir)}}},
+      {"profiling", {{"steps", r.profiling.steps.empty() ? nlohmann::json() : nlohmann::json(r.profiling.steps)},
+                     {"dir", optional_json(r.profiling.dir)}}},
       {"hardware", {{"gpu", r.hardware.gpu}, {"gpus_per_node", r.hardware.gpus_per_node}}},
   };
 }

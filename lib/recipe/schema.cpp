@@ -277,6 +277,18 @@ std::vector<KeySpec> build_schema() {
   s.push_back(section("logging", "Console and metrics output (rank 0)."));
   s.push_back(at_least(key("logging.interval", K::Integer, 1, "Print and record metrics every this many steps."), 1));
   s.push_back(key("logging.metrics_file", K::String, nullptr, "JSONL file of per-step metrics; null: none."));
+  s.push_back(key("logging.tensorboard_dir", K::String, nullptr,
+                  "Directory of TensorBoard event files (rank 0 writes the logged steps' scalars); null: none."));
+
+  // --- profiling ---------------------------------------------------------------------------
+  s.push_back(section("profiling", "Profiler traces of a range of steps (docs/observability.md)."));
+  s.push_back(at_least(key("profiling.steps", K::IntegerList, nullptr,
+                           "[first, last]: record training steps first..last (1-based) with libtorch's profiler on "
+                           "every rank; null: off."),
+                       1));
+  s.push_back(key("profiling.dir", K::String, nullptr,
+                  "Directory of the traces, one Chrome/Perfetto JSON per rank (trace-rank-NNNNN.json); needed with "
+                  "profiling.steps."));
 
   // --- hardware ----------------------------------------------------------------------------
   s.push_back(section("hardware", "The cluster, for trainer estimate and trainer plan."));

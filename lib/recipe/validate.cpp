@@ -1,6 +1,7 @@
 #include "recipe/validate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <numeric>
 #include <set>
@@ -246,6 +247,20 @@ class Checker {
                                      o.warmup_steps, o.min_lr));
   }
 
+  void profiling_rules() {
+    const auto& pr = r_.profiling;
+    if (pr.steps.empty()) return;
+    const std::string given = fmt::format("[{}]", fmt::join(pr.steps, ", "));
+    if (pr.steps.size() != 2 || pr.steps[0] > pr.steps[1])
+      add("profiling.steps={} must be [first, last] with first <= last (1-based training steps); for example [{}, {}]",
+          given, std::min<int64_t>(2, r_.training.steps), std::min<int64_t>(3, r_.training.steps));
+    else if (pr.steps[1] > r_.training.steps)
+      add("profiling.steps={} ends after the last step (training.steps={}); use a last step <= {}", given,
+          r_.training.steps, r_.training.steps);
+    if (!pr.dir)
+      add("profiling.steps={} needs profiling.dir, the directory for the traces; set profiling.dir", given);
+  }
+
   void data_rules() {
     const auto& d = r_.data;
     if (d.source == "tokens" && d.paths.empty())
@@ -298,6 +313,7 @@ std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int
   checker.parallel_rules();
   checker.training_rules();
   checker.data_rules();
+  checker.profiling_rules();
   checker.checkpoint_rules();
   if (world_size) checker.world_rules(*world_size);
   if (warnings) warnings->insert(warnings->end(), checker.warnings.begin(), checker.warnings.end());

@@ -1,5 +1,6 @@
 #include "train/optimizer_driver.h"
 #include "core/plural.h"
+#include "metrics/trace_scope.h"
 #include "parallel/data/replicas.h"
 
 #include <ATen/ATen.h>
@@ -90,6 +91,7 @@ void OptimizerDriver::clip(double max_norm, const at::Tensor& norm) {
 }
 
 void OptimizerDriver::step(double lr) {
+  const metrics::TraceScope scope("optimizer step");
   if (zero1_)
     zero1_->step(lr);
   else

@@ -32,6 +32,32 @@ std::string first_non_finite_gradient(const model::Transformer& model) {
   return "none on this rank";
 }
 
+// The TensorBoard scalars of a logged step: the metrics line's numbers under grouped tags.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const metrics::StepMetrics& m) {
+  std::vector<std::pair<std::string, double>> s = {
+      {"train/loss", m.loss},
+      {"train/lr", m.lr},
+      {"train/grad_norm", m.grad_norm},
+      {"perf/tokens_per_s", m.tokens_per_s},
+      {"perf/tflops_per_device", m.tflops_per_device},
+      {"memory/peak_bytes", double(m.mem_peak_bytes)},
+      {"time/step_s", m.time_s},
+  };
+  if (m.mfu) s.emplace_back("perf/mfu", *m.mfu);
+  const auto& x = m.extra;
+  if (x.contains("time_breakdown"))
+    for (const auto& [phase, seconds] : x["time_breakdown"].items()) s.emplace_back("time/" + phase, seconds.get<double>());
+  if (x.contains("aux_loss")) s.emplace_back("moe/aux_loss", x["aux_loss"].get<double>());
+  if (x.contains("z_loss")) s.emplace_back("moe/z_loss", x["z_loss"].get<double>());
+  if (x.contains("moe_layers"))
+    for (const auto& layer : x["moe_layers"]) {
+      const std::string prefix = fmt::format("moe/layer_{}/", layer["layer"].get<int64_t>());
+      s.emplace_back(prefix + "max_over_mean", layer["max_over_mean"].get<double>());
+      s.emplace_back(prefix + "cv", layer["cv"].get<double>());
+    }
+  return s;
+}
+
 void reset_peak_memory(bool on_gpu) {
   if (on_gpu)
     metrics::reset_cuda_peak_memory();
@@ -61,6 +87,8 @@ StepLog::StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& m
   estimate_options.cpu_threads = at::get_num_threads();
   predicted_ = estimate::estimate_job(r, mesh_, profile ? &*profile : nullptr, estimate_options);
   if (log_ && r.logging.metrics_file) metrics_file_ = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
+  if (log_ && r.logging.tensorboard_dir)
+    tensorboard_ = std::make_unique<metrics::TensorBoardWriter>(*r.logging.tensorboard_dir);
   const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device);
   first_bad_loss_ = at::zeros({}, scalar);
   first_bad_norm_ = at::zeros({}, scalar);
@@ -95,6 +123,7 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   first_bad_loss_ = at::where((first_bad_loss_ == 0) & ~at::isfinite(loss), double(step), first_bad_loss_);
   first_bad_norm_ = at::where((first_bad_norm_ == 0) & ~at::isfinite(f.grad_norm), double(step), first_bad_norm_);
   ++steps_since_read_;
+  times_since_read_ += f.times;
   const bool logged = step % recipe_.logging.interval == 0 || step == recipe_.training.steps;
   if (!logged && !read_now) return;
 
@@ -104,6 +133,8 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - last_read_).count();
   const double seconds = elapsed / double(steps_since_read_);
+  logged_times_ = times_since_read_.scaled(1.0 / double(steps_since_read_));
+  times_since_read_ = StepTimes{};
   time_timed_ += elapsed;
   steps_timed_ += steps_since_read_;
   last_read_ = now;
@@ -209,6 +240,15 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
                              {"launched_in_backward", overlap->launched_in_backward},
                              {"first_launch_s", overlap->first_launch_s},
                              {"backward_end_s", overlap->backward_end_s}};
+  {
+    // Where the step's time went (train/step_times.h); `other_s`: the rest of the wall time
+    // (pipeline sends and receives outside computation, the gradient norm, logging, evaluation).
+    const StepTimes& t = logged_times_;
+    m.extra["time_breakdown"] = {{"data_s", t.data_s},           {"forward_s", t.forward_s},
+                                 {"backward_s", t.backward_s},   {"comm_wait_s", t.comm_wait_s},
+                                 {"optimizer_s", t.optimizer_s}, {"checkpoint_s", t.checkpoint_s},
+                                 {"other_s", std::max(0.0, seconds - t.total())}};
+  }
   if (overlap && overlap->param_gather_wait_s >= 0) m.extra["dp_overlap"]["param_gather_wait_s"] = overlap->param_gather_wait_s;
   std::string moe_summary;
   if (f.moe_load.defined()) moe_summary = moe_statistics(f, &m.extra);
@@ -222,12 +262,14 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
                                         : fmt::format("not predicted on the CPU (measured {:.3f} s)", seconds)));
   }
   if (metrics_file_) metrics_file_->write(m);
+  if (tensorboard_) tensorboard_->add_scalars(step, tensorboard_scalars(m));
   reset_peak_memory(on_gpu);  // the next logged peak covers the steps since this line
 }
 
 void StepLog::evaluation(int64_t step, const EvaluationResult& result) {
   say(fmt::format("evaluation after step {}: loss {:.4f} | perplexity {:.3f} | {} held-out tokens", step, result.loss,
                   result.perplexity, metrics::format_count(double(result.tokens))));
+  if (tensorboard_) tensorboard_->add_scalars(step, {{"eval/loss", result.loss}, {"eval/perplexity", result.perplexity}});
   if (metrics_file_)
     metrics_file_->write(nlohmann::json{{"step", step},
                                         {"eval_loss", result.loss},

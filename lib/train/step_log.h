@@ -16,6 +16,7 @@
 
 #include "data/dataset.h"
 #include "estimate/estimate.h"
+#include "metrics/tensorboard_writer.h"
 #include "estimate/model_counts.h"
 #include "metrics/metrics_file.h"
 #include "model/transformer.h"
@@ -60,11 +61,14 @@ class StepLog {
   std::optional<double> peak_tflops_;
   std::string device_name_ = "CPU";
   std::unique_ptr<metrics::MetricsFile> metrics_file_;
+  std::unique_ptr<metrics::TensorBoardWriter> tensorboard_;
   std::optional<double> floor_;
   // First step with a non-finite loss / gradient norm since the start (0: none), on the device.
   at::Tensor first_bad_loss_, first_bad_norm_;
   std::chrono::steady_clock::time_point run_start_, last_read_;
   int64_t steps_since_read_ = 0, steps_timed_ = 0;
+  StepTimes times_since_read_;  // summed over the steps since the last read
+  StepTimes logged_times_;      // their average per step, for the line being written
   double time_timed_ = 0;
   bool compared_ = false;
   double last_loss_ = 0;

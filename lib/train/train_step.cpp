@@ -37,6 +37,8 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   const int64_t accumulation = mesh_.grad_accum_steps, batch = recipe_.training.micro_batch_size;
   comm::Communicator& dp = groups_.get(mesh::GroupKind::DpCp);
   const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device_);
+  const std::atomic<int64_t>& wait_ns = groups_.context().wait_ns;
+  const PhaseClock whole(wait_ns), data(wait_ns);
 
   // All micro-batches first: the loss is normalised by the real targets of the global batch.
   std::vector<MicroBatch> batches;
@@ -48,6 +50,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
                                    mesh_.cp, groups_.coordinates().cp));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
+  f.times.data_s = data.seconds();
   all_reduce_scalars(dp, {&f.real_tokens});
   // At least one, so that a batch whose targets are all ignored gives a zero loss, not NaN.
   const at::Tensor divisor = at::clamp_min(f.real_tokens, 1.0).to(at::kFloat);
@@ -71,10 +74,14 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   const parallel::PipelineLinks links = pipeline_links(
       pipeline_.spec, recipe_, mesh_, groups_, at::TensorOptions().dtype(model_.options().dtype).device(device_));
   parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
+  executor.count_collective_waits(&wait_ns);
 
   optimizer_.begin_step();
   model_.begin_step();
   executor.run(parallel::stage_schedule(pipeline_.spec, pipeline_.stage));
+  const auto compute = executor.compute_seconds_without_waits();
+  f.times.forward_s = compute[0];
+  f.times.backward_s = compute[1];
   if (device_.is_cpu()) {
     // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
     // group fills them all.
@@ -97,6 +104,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});
   if (recipe_.model.moe) gather_moe_statistics(f);
   f.grad_norm = optimizer_.grad_norm();
+  f.times.comm_wait_s = whole.waited();
   return f;
 }
 

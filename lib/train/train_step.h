@@ -14,6 +14,7 @@
 #include "recipe/load.h"
 #include "train/optimizer_driver.h"
 #include "train/pipeline_plan.h"
+#include "train/step_times.h"
 
 namespace trainer::train {
 
@@ -35,6 +36,9 @@ struct StepFigures {
   at::Tensor moe_load;
   at::Tensor z_sum;       // MoE router z-losses summed over micro-batches and data-parallel ranks
   at::Tensor min_margin;  // the smallest top-k routing margin of the step over all ranks (Routing::margin)
+  // Host timers of this rank (train/step_times.h): data, forward, backward and collective waits of
+  // computing the gradients; the training loop adds the optimizer and checkpoint phases.
+  StepTimes times;
 };
 
 class TrainStep {

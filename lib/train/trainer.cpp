@@ -5,6 +5,8 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <stdexcept>
 
 #include "checkpoint/dir_check.h"
@@ -15,6 +17,8 @@
 #include "model/transformer.h"
 #include "optim/lr_schedule.h"
 #include "train/checkpoint_saver.h"
+#include "train/step_profiler.h"
+#include "metrics/trace_scope.h"
 #include "train/evaluation.h"
 #include "train/optimizer_driver.h"
 #include "train/run_start.h"
@@ -128,14 +132,31 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   StopVote stop_vote(groups.world(), device);
   TrainSummary summary;
   summary.first_step = progress.step;
+  const std::atomic<int64_t>& wait_ns = groups.context().wait_ns;
+  StepTimes saving;  // checkpoint time after a step's log: counted in the next step's figures
+  StepProfiler profiler(r.profiling, groups.global_rank(), device.is_cuda());
   while (progress.step < r.training.steps) {
     groups.context().step = progress.step + 1;
     const double lr = optim::learning_rate(r.optimizer, r.training.steps, progress.step);
     optimizer.zero_grad();
-    const StepFigures figures = step.compute_gradients(progress.consumed_samples);
+    profiler.before_step(progress.step + 1);
+    std::optional<metrics::TraceScope> step_scope;  // the step in profiler traces, up to its checkpoint
+    step_scope.emplace(fmt::format("step {}", progress.step + 1));  // once a step: formatted always
+    StepFigures figures = step.compute_gradients(progress.consumed_samples);
+    PhaseClock phase(wait_ns);
     optimizer.clip(r.training.grad_clip, figures.grad_norm);
+    figures.times.optimizer_s = phase.seconds();
+    figures.times.comm_wait_s += phase.waited();
+    phase.restart();
     saver.fence();
+    figures.times.checkpoint_s = phase.seconds();
+    figures.times.comm_wait_s += phase.waited();
+    phase.restart();
     optimizer.step(lr);
+    figures.times.optimizer_s += phase.seconds();
+    figures.times.comm_wait_s += phase.waited();
+    figures.times += saving;
+    saving = StepTimes{};
     // Auxiliary-loss-free balancing: every rank moves the same biases by the step's loads.
     if (model::RoutingBias* bias = model.routing_bias()) bias->update(figures.moe_load, r.model.moe->bias_update_rate);
     progress.step += 1;
@@ -159,10 +180,17 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       summary.stopped_by_signal = true;
       break;
     }
+    phase.restart();
     if (last)
       saver.save(state(), progress.step, "final", false);
     else if (interval_save)
       saver.save(state(), progress.step, "interval", true);
+    saving.checkpoint_s += phase.seconds();
+    saving.comm_wait_s += phase.waited();
+    step_scope.reset();
+    if (const auto trace = profiler.after_step(progress.step))
+      say(fmt::format("profile of steps {}-{}: one trace per rank in {} (rank 0: {})", r.profiling.steps[0],
+                      r.profiling.steps[1], r.profiling.dir.value_or(""), *trace));
     saver.report_committed();
   }
   optimizer.wait_parameter_gathers();

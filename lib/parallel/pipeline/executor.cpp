@@ -1,4 +1,5 @@
 #include "parallel/pipeline/executor.h"
+#include "metrics/trace_scope.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -10,6 +11,23 @@
 #include <stdexcept>
 
 namespace trainer::parallel {
+
+namespace {
+// The profiler-trace name of an action (metrics/trace_scope.h).
+const char* action_name(Action::Kind kind) {
+  switch (kind) {
+    case Action::Kind::Forward: return "forward";
+    case Action::Kind::Backward: return "backward";
+    case Action::Kind::BackwardInput: return "backward input";
+    case Action::Kind::BackwardWeight: return "backward weight";
+    case Action::Kind::SendForward: return "send activation";
+    case Action::Kind::RecvForward: return "receive activation";
+    case Action::Kind::SendBackward: return "send gradient";
+    case Action::Kind::RecvBackward: return "receive gradient";
+  }
+  return "action";
+}
+}  // namespace
 
 using K = Action::Kind;
 
@@ -39,6 +57,7 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
   forward_only_ = forward_only;
   local_.assign(size_t(model_chunks_), false);
   compute_seconds_.assign(size_t(model_chunks_), {0.0, 0.0, 0.0});
+  net_seconds_ = {0.0, 0.0};
   std::map<int64_t, size_t> last_backward;  // chunk -> index of its last (input) backward
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -64,6 +83,8 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
     const Action& a = actions[i];
     if (is_compute(a.kind)) post_through(next_compute_after(i));
     const auto start = std::chrono::steady_clock::now();
+    const int64_t waited_before = wait_ns_ ? wait_ns_->load() : 0;
+    const metrics::TraceScope scope("{} chunk {} micro-batch {}", action_name(a.kind), a.chunk, a.micro_batch);
     switch (a.kind) {
       case K::Forward: forward(a); break;
       case K::Backward:
@@ -82,9 +103,12 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
         finish_receive(a);
         break;
     }
-    if (is_compute(a.kind))
-      compute_seconds_[size_t(a.chunk)][a.kind == K::Forward ? 0 : a.kind == K::BackwardWeight ? 2 : 1] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (is_compute(a.kind)) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      compute_seconds_[size_t(a.chunk)][a.kind == K::Forward ? 0 : a.kind == K::BackwardWeight ? 2 : 1] += seconds;
+      const double waited = wait_ns_ ? double(wait_ns_->load() - waited_before) * 1e-9 : 0.0;
+      net_seconds_[a.kind == K::Forward ? 0 : 1] += seconds - waited;
+    }
     release_sent();
   }
   for (auto& s : sends_) s.work->wait();

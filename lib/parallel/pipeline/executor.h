@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,6 +69,11 @@ class StepExecutor {
   // input-gradient B), weight-gradient W}, summed over its micro-batches; zeros for chunks on
   // other stages. Host time: on a GPU it counts launches, not kernels.
   const std::vector<std::array<double, 3>>& compute_seconds() const { return compute_seconds_; }
+  // With a counter of collective waits (comm::CommContext::wait_ns) given before run(): the same
+  // seconds with the waits on collectives inside the computation (tensor-parallel all-reduces,
+  // expert all-to-alls) left out, summed over chunks: {forward, backward + weight gradients}.
+  void count_collective_waits(const std::atomic<int64_t>* wait_ns) { wait_ns_ = wait_ns; }
+  std::array<double, 2> compute_seconds_without_waits() const { return net_seconds_; }
 
  private:
   using Key = std::pair<int64_t, int64_t>;  // (micro-batch, model chunk)
@@ -99,6 +105,8 @@ class StepExecutor {
   std::vector<bool> local_;  // per model chunk: computed on this stage
   bool forward_only_ = false;
   std::vector<std::array<double, 3>> compute_seconds_;
+  const std::atomic<int64_t>* wait_ns_ = nullptr;
+  std::array<double, 2> net_seconds_{0.0, 0.0};
 };
 
 }  // namespace trainer::parallel
