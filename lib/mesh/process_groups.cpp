@@ -6,6 +6,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/recording_communicator.h"
 
 namespace trainer::mesh {
 
@@ -14,12 +15,28 @@ namespace {
 std::unique_ptr<comm::Communicator> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                                const std::vector<int64_t>& ranks, int64_t global_rank,
                                                const std::shared_ptr<comm::CommContext>& context,
-                                               const Backend& backend) {
+                                               const Backend& backend,
+                                               const std::shared_ptr<comm::FlightRecorder>& recorder) {
   if (ranks.size() == 1 || !store) return comm::make_self_communicator(name, global_rank);
   const std::string prefix = fmt::format("pg/{}/{}", name, ranks.front());
   if (backend.kind == Backend::Kind::Nccl)
-    return comm::make_nccl_communicator(store, prefix, name, ranks, global_rank, context, backend.device_index);
-  return comm::make_gloo_communicator(store, prefix, name, ranks, global_rank, context, backend.interface_address);
+    return comm::record_collectives(
+        comm::make_nccl_communicator(store, prefix, name, ranks, global_rank, context, backend.device_index), recorder);
+  return comm::record_collectives(
+      comm::make_gloo_communicator(store, prefix, name, ranks, global_rank, context, backend.interface_address),
+      recorder);
+}
+
+// The recorder's own store client, with a short timeout: a frozen store host cannot hang a report.
+std::shared_ptr<comm::FlightRecorder> make_recorder(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const comm::CommContext& context) {
+  const auto exchange = std::min(std::chrono::milliseconds(5000), context.timeout / 2);
+  c10::intrusive_ptr<c10d::Store> client;
+  if (store) {
+    client = store->clone();
+    client->setTimeout(exchange);
+  }
+  return std::make_shared<comm::FlightRecorder>(context, client, exchange);
 }
 
 }  // namespace
@@ -30,7 +47,8 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
       global_rank_(global_rank),
       coordinates_(layout_.coordinates(global_rank)),
       context_(std::move(context)),
-      store_(store) {
+      store_(store),
+      recorder_(make_recorder(store, *context_)) {
   std::vector<int64_t> everyone;
   for (int64_t r = 0; r < layout_.world_size(); ++r) everyone.push_back(r);
   // One communicator per distinct rank set (one set of connections and, with NCCL, one
@@ -56,7 +74,8 @@ ProcessGroups::ProcessGroups(RankLayout layout, int64_t global_rank, const c10::
   for (const auto& [name, key] : wanted) names[key] += (names[key].empty() ? "" : "/") + name;
   std::map<Key, std::shared_ptr<comm::Communicator>> made;
   for (const auto& [name, key] : wanted)
-    if (!made.count(key)) made[key] = make_group(store, names.at(key), key.second, global_rank, context_, backend);
+    if (!made.count(key))
+      made[key] = make_group(store, names.at(key), key.second, global_rank, context_, backend, recorder_);
   world_ = made.at(Key{0, everyone});
   for (GroupKind kind : all_group_kinds()) groups_[kind] = made.at(Key{lane(kind), layout_.group(kind, global_rank)});
 }

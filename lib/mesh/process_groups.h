@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "comm/flight_recorder.h"
 #include "mesh/rank_layout.h"
 
 namespace c10d {
@@ -43,6 +44,7 @@ class ProcessGroups {
   Coordinates coordinates_;
   std::shared_ptr<comm::CommContext> context_;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<comm::FlightRecorder> recorder_;  // sees every collective of these groups
   // Kinds with the same ranks (dp and dp_cp when cp = 1, the world and dp in pure data parallelism)
   // share one communicator, named after all of them ("dp/dp_cp/edp").
   std::shared_ptr<comm::Communicator> world_;

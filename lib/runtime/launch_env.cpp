@@ -140,7 +140,7 @@ LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
     // where outgoing connections take their ports.
     e.master_port = int(20000 + parse_int(env, "SLURM_JOB_ID") % 12000);
   }
-  if (e.rank == 0 && has(env, "TRAINER_RENDEZVOUS_FD")) e.rendezvous_fd = int(parse_int(env, "TRAINER_RENDEZVOUS_FD"));
+  e.store_in_launcher = has(env, "TRAINER_STORE_IN_LAUNCHER") && std::string(env("TRAINER_STORE_IN_LAUNCHER")) == "1";
   return e;
 }
 

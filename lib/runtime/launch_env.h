@@ -16,7 +16,7 @@ struct LaunchEnvironment {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string master_source = "default";  // where the address came from, for messages
-  int rendezvous_fd = -1;  // rank 0 under trainer's local launcher: the store's listening socket (TRAINER_RENDEZVOUS_FD)
+  bool store_in_launcher = false;  // trainer's local launcher serves the store: rank 0 is a client too
   std::vector<std::string> nodes;         // Slurm's node list, expanded
   std::string job;  // "slurm job 1234", "mpirun job NS", "local job (launcher pid N)", "" standalone
 };

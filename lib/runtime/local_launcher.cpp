@@ -1,5 +1,7 @@
 #include "runtime/local_launcher.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -28,7 +30,7 @@ extern "C" void remember_signal(int signal) { g_forward_signal.store(signal); }
 }  // namespace
 
 ListeningSocket listen_on_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -44,8 +46,9 @@ ListeningSocket listen_on_free_port() {
 }
 
 int launch_local_workers(const LocalLaunchOptions& options) {
-  // Rank 0 inherits the listening socket; choosing a free port and binding it later would leave a
-  // window in which another process (any outgoing connection) could take the port.
+  // The launcher serves the rendezvous store on a socket it opened itself: no other process can take
+  // the port between choosing and serving it, and a worker that stops (SIGSTOP, a hang) cannot
+  // take the store down with it, so the others can still exchange their flight records.
   const ListeningSocket store_socket = listen_on_free_port();
   const int port = store_socket.port;
   const pid_t launcher = ::getpid();
@@ -71,10 +74,7 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TRAINER_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);
-      if (rank == 0)
-        ::setenv("TRAINER_RENDEZVOUS_FD", std::to_string(store_socket.fd).c_str(), 1);
-      else
-        ::close(store_socket.fd);
+      ::setenv("TRAINER_STORE_IN_LAUNCHER", "1", 1);
       // argv[0] is what ps shows: "trainer worker rank N run RECIPE ...".
       const std::string self = "/proc/self/exe", title = fmt::format("trainer worker rank {}", rank);
       std::vector<char*> args;
@@ -88,7 +88,14 @@ int launch_local_workers(const LocalLaunchOptions& options) {
     pids[rank] = pid;
   }
 
-  ::close(store_socket.fd);  // rank 0 holds its own copy
+  // After the forks (a store thread during fork could hold a lock the children need). Workers that
+  // connect before it serves wait in the socket's backlog.
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(port);
+  store_options.isServer = true;
+  store_options.waitWorkers = false;
+  store_options.masterListenFd = store_socket.fd;
+  const auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
 
   int running = options.nproc, result = 0;
   bool stopping = false;
@@ -117,6 +124,7 @@ int launch_local_workers(const LocalLaunchOptions& options) {
         result = code;
         stopping = true;
         signal_all(SIGTERM);
+        signal_all(SIGCONT);  // a stopped worker (SIGSTOP) only acts on the SIGTERM once it continues
         stop_deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(options.grace_seconds * 1000));
       }

@@ -1,7 +1,7 @@
 #pragma once
 // `trainer run --nproc-per-node N` without a launcher: starts N copies of this program as workers
-// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, a MASTER_PORT whose
-// listening socket rank 0 inherits),
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, the MASTER_PORT of the
+// rendezvous store the launcher itself serves, TRAINER_STORE_IN_LAUNCHER=1),
 // forwards SIGINT/SIGTERM to them, and when one fails stops the others (SIGTERM, then SIGKILL
 // after a grace period) and reports which rank failed. Workers die with the launcher
 // (PR_SET_PDEATHSIG), so no process is left behind.
@@ -20,8 +20,8 @@ struct LocalLaunchOptions {
 // (128 + signal for a signal), after printing which rank failed.
 int launch_local_workers(const LocalLaunchOptions& options);
 
-// A TCP socket bound to 127.0.0.1 on a port the kernel chose, already listening. The launcher
-// hands it to rank 0 (TRAINER_RENDEZVOUS_FD), whose rendezvous store serves on it: no other
+// A TCP socket bound to 127.0.0.1 on a port the kernel chose, already listening (close-on-exec).
+// The launcher serves the rendezvous store on it (workers connect as clients, rank 0 too): no other
 // process can take the port between choosing it and serving it. Throws when no socket can be made.
 struct ListeningSocket {
   int fd = -1;

@@ -13,11 +13,10 @@ namespace trainer::runtime {
 c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env, std::chrono::seconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
+  options.isServer = env.rank == 0 && !env.store_in_launcher;
   options.numWorkers = static_cast<size_t>(env.world_size);
   options.waitWorkers = true;
   options.timeout = timeout;
-  if (options.isServer && env.rendezvous_fd >= 0) options.masterListenFd = env.rendezvous_fd;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {
@@ -30,7 +29,7 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
     throw std::runtime_error(fmt::format(
         "rank {}: cannot {} the rendezvous store at {}:{} (address from {}) within {} s: {}. Check MASTER_ADDR and "
         "MASTER_PORT, that rank 0 is running, and that the port is free and reachable",
-        env.rank, env.rank == 0 ? "serve" : "reach", env.master_addr, env.master_port, env.master_source,
+        env.rank, options.isServer ? "serve" : "reach", env.master_addr, env.master_port, env.master_source,
         timeout.count(), reason));
   }
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The job's rendezvous: libtorch's c10d TCPStore at MASTER_ADDR:MASTER_PORT, served by rank 0.
+// The job's rendezvous: libtorch's c10d TCPStore at MASTER_ADDR:MASTER_PORT, served by rank 0, or under
+// trainer's own launcher by the launcher (LaunchEnvironment::store_in_launcher).
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>

@@ -755,6 +755,41 @@ TEST_CASE("dist: a killed worker brings the job down quickly with nothing left b
   }
 }
 
+TEST_CASE("dist: a stopped rank (SIGSTOP) - a middle one or rank 0 - is named by the flight recorder within the timeout", "[dist]") {
+  // Three data-parallel ranks, 4-second collective timeout; one rank is frozen mid-training. The
+  // others time out in their next collective, exchange flight records through the store (the
+  // launcher serves it, so a frozen rank 0 cannot take it down) and name the frozen rank and the
+  // collective it never entered; the launcher brings the job down, stopped worker included.
+  for (const int frozen : {1, 0}) {
+    TempDir dir;
+    const std::string marker = dir.path() + "/frozen-run.jsonl";
+    const auto r = bash(
+        "OMP_NUM_THREADS=1 " + trainer_binary() + " run " + kTiny +
+        " --nproc-per-node 3 --set training.global_batch_size=12 --set training.steps=1000000"
+        " --set parallel.collective_timeout_s=4 --set logging.metrics_file=" + marker +
+        " > " + dir.path() + "/out.txt 2> " + dir.path() + "/err.txt & launcher=$!\n"
+        "for i in $(seq 100); do [ -s " + marker + " ] && break; sleep 0.2; done\n"
+        "sleep 1; pid=$(pgrep -f 'trainer worker rank " + std::to_string(frozen) + " .*" + marker + "' | head -1)\n"
+        "kill -STOP $pid; start=$(date +%s.%N)\n"
+        "wait $launcher; rc=$?\n"
+        "echo \"rc=$rc seconds=$(echo \"$(date +%s.%N) - $start\" | bc)\"\n"
+        "sleep 0.5; pgrep -f 'trainer worker.*" + marker + "' && echo LEFT_BEHIND; exit 0\n",
+        120);
+    const std::string err = read_file(dir.path() + "/err.txt");
+    INFO("frozen rank " << frozen << "\n" << r.out << err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("rc=0 ") == std::string::npos);
+    CHECK(r.out.find("LEFT_BEHIND") == std::string::npos);
+    const double seconds = std::stod(r.out.substr(r.out.find("seconds=") + 8));
+    CHECK(seconds < 4 + 5 + 5);  // the timeout, the bounded exchange, slack for this loaded machine
+    CHECK(err.find("flight recorder: all_reduce #") != std::string::npos);
+    CHECK(err.find("rank " + std::to_string(frozen) + " never entered it: it did not report (stopped, hung or dead); "
+                   "last seen completing") != std::string::npos);
+    WARN("flight recorder, rank " << frozen << " frozen (" << seconds << " s):\n"
+                                  << err.substr(err.find("flight recorder:"), 600));
+  }
+}
+
 TEST_CASE("dist: SIGTERM to the local launcher reaches every worker - they stop cleanly", "[dist]") {
   TempDir dir;
   const std::string marker = dir.path() + "/term.jsonl";
