@@ -127,6 +127,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
                                 : 3.0 * bucket_bytes + clones;
   }
   if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
+  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * double(stage.largest_layer_params) * e;
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
   sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers + sm.comm_buffers +
                     sm.cublas_workspace;

@@ -163,16 +163,19 @@ class ReplayOps {
   // The norm function's forward kernels (rms_norm.cpp), nothing saved but the rsqrt (*rs): the
   // fp32 copy (bf16, a temporary), the rsqrt, the normalised values and their cast, the weight
   // mul. Returns the output.
+  // `v` converted to `bytes` per element (the new tensor first, then `v` released) when the model
+  // dtype is not fp32; `v` itself in fp32.
+  Id cast_unless_f32(Id v, int64_t elements, int64_t bytes) {
+    if (e_ == kF32) return v;
+    const Id out = ew(elements * bytes);
+    drop(v);
+    return out;
+  }
   Id norm_kernels(int64_t tokens, Id* rs) {
     const int64_t n = tokens * H();
     const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
     *rs = rsqrt_rows(tokens);
-    Id normed = ew(n * kF32, 2);
-    if (e_ != kF32) {
-      const Id cast = ew(n * e_);
-      drop(normed);
-      normed = cast;
-    }
+    const Id normed = cast_unless_f32(ew(n * kF32, 2), n, e_);
     const Id out = ew(n * e_, 2);
     drop(normed);
     drop(x32);
@@ -198,12 +201,7 @@ class ReplayOps {
     drop(cast);
     drop(gw);
     // x's gradient: gn = (g * w).float(); c = mean(gn * xhat); gn -= xhat * c; gn *= rstd.
-    Id gn = ew(n * e_, 2);
-    if (e_ != kF32) {
-      const Id g32 = ew(n * kF32);
-      drop(gn);
-      gn = g32;
-    }
+    const Id gn = cast_unless_f32(ew(n * e_, 2), n, kF32);
     const Id prod = ew(n * kF32, 2);
     const Id c = ew(saved.tokens * kF32);
     drop(prod);
@@ -211,11 +209,7 @@ class ReplayOps {
     drop(xc);
     drop(c);
     in_place(n * kF32, 2);  // sub_ and mul_
-    Id gx = gn;
-    if (e_ != kF32) {
-      gx = ew(n * e_);
-      drop(gn);
-    }
+    const Id gx = cast_unless_f32(gn, n, e_);
     drop(xhat);
     drop(g);
     drop(saved.rs);

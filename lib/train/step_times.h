@@ -45,6 +45,12 @@ class PhaseClock {
     start_ = std::chrono::steady_clock::now();
     wait_start_ = wait_ns_.load();
   }
+  // Adds the phase since the last restart to *phase and its collective waits to *waits; restarts.
+  void lap(double* phase, double* waits) {
+    *phase += seconds();
+    *waits += waited();
+    restart();
+  }
 
  private:
   const std::atomic<int64_t>& wait_ns_;

@@ -143,19 +143,15 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     std::optional<metrics::TraceScope> step_scope;  // the step in profiler traces, up to its checkpoint
     step_scope.emplace(fmt::format("step {}", progress.step + 1));  // once a step: formatted always
     StepFigures figures = step.compute_gradients(progress.consumed_samples);
+    StepTimes& times = figures.times;
     PhaseClock phase(wait_ns);
     optimizer.clip(r.training.grad_clip, figures.grad_norm);
-    figures.times.optimizer_s = phase.seconds();
-    figures.times.comm_wait_s += phase.waited();
-    phase.restart();
+    phase.lap(&times.optimizer_s, &times.comm_wait_s);
     saver.fence();
-    figures.times.checkpoint_s = phase.seconds();
-    figures.times.comm_wait_s += phase.waited();
-    phase.restart();
+    phase.lap(&times.checkpoint_s, &times.comm_wait_s);
     optimizer.step(lr);
-    figures.times.optimizer_s += phase.seconds();
-    figures.times.comm_wait_s += phase.waited();
-    figures.times += saving;
+    phase.lap(&times.optimizer_s, &times.comm_wait_s);
+    times += saving;
     saving = StepTimes{};
     // Auxiliary-loss-free balancing: every rank moves the same biases by the step's loads.
     if (model::RoutingBias* bias = model.routing_bias()) bias->update(figures.moe_load, r.model.moe->bias_update_rate);
@@ -185,8 +181,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       saver.save(state(), progress.step, "final", false);
     else if (interval_save)
       saver.save(state(), progress.step, "interval", true);
-    saving.checkpoint_s += phase.seconds();
-    saving.comm_wait_s += phase.waited();
+    phase.lap(&saving.checkpoint_s, &saving.comm_wait_s);
     step_scope.reset();
     if (const auto trace = profiler.after_step(progress.step))
       say(fmt::format("profile of steps {}-{}: one trace per rank in {} (rank 0: {})", r.profiling.steps[0],

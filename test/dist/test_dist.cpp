@@ -80,6 +80,14 @@ double max_relative_difference(const std::vector<nlohmann::json>& a, const std::
   return worst;
 }
 
+// The metrics of a run resumed at step 10 against the uninterrupted run's steps 11-20: the same
+// step numbers (checked), and the largest relative loss difference.
+double difference_after_resume(const std::vector<nlohmann::json>& reference, const std::vector<nlohmann::json>& resumed) {
+  const std::vector<nlohmann::json> want(reference.begin() + 10, reference.begin() + 10 + long(resumed.size()));
+  for (size_t i = 0; i < resumed.size(); ++i) CHECK(resumed[i]["step"] == want[i]["step"]);
+  return max_relative_difference(want, resumed);
+}
+
 // `nproc` ranks running `base` + `parallel` against the single-process run of `base` (one per
 // `base` + `extra`, cached in `references`); `extra` goes last on both. Prints and returns the
 // largest relative loss difference, and the parallel run's metrics.
@@ -863,12 +871,7 @@ TEST_CASE("dist: a checkpoint saved at DP=2 with ZeRO-1 resumes bit-identically 
     CHECK(r.out.find("resumed from " + ck + "/step-00000010 at step 10 (160 samples consumed)") != std::string::npos);
     const auto resumed = read_jsonl(file);
     REQUIRE(resumed.size() == 10);
-    double worst = 0;
-    for (size_t i = 0; i < 10; ++i) {
-      CHECK(resumed[i]["step"] == reference[10 + i]["step"]);
-      const double a = reference[10 + i]["loss"], b = resumed[i]["loss"];
-      worst = std::max(worst, std::fabs(a - b) / a);
-    }
+    const double worst = difference_after_resume(reference, resumed);
     WARN("dp " << nproc << " zero " << zero << ": largest relative loss difference after resuming: " << worst);
     if (nproc == 2 && zero == 1)
       CHECK(worst == 0.0);  // the same mesh: bit-identical
@@ -950,12 +953,7 @@ TEST_CASE("dist: a checkpoint saved under ZeRO-2 at DP=2 resumes bit-identically
     REQUIRE(r.exit_code == 0);
     const auto resumed = read_jsonl(file);
     REQUIRE(resumed.size() == 10);
-    double worst = 0;
-    for (size_t i = 0; i < 10; ++i) {
-      CHECK(resumed[i]["step"] == reference[10 + i]["step"]);
-      const double a = reference[10 + i]["loss"], b = resumed[i]["loss"];
-      worst = std::max(worst, std::fabs(a - b) / a);
-    }
+    const double worst = difference_after_resume(reference, resumed);
     WARN("dp " << nproc << " zero " << zero << ": largest relative loss difference after resuming: " << worst);
     if (nproc == 2 && zero == 2)
       CHECK(worst == 0.0);

@@ -71,11 +71,7 @@ void DistributedOptimizer::step(double lr) {
   // parameters in reverse order (as backward produces gradients): gathering them last bucket first
   // brings the first layers' parameters first, as the next forward needs them (the same order on
   // every rank of a group).
-  {
-    const auto start = std::chrono::steady_clock::now();
-    wait_gathers();  // any that forward did not need
-    gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  for (size_t b = 0; b < all.size(); ++b) gather_wait_s_ += finish_gather(b);  // any forward did not need
   last_gather_wait_s_ = gather_wait_s_;
   gather_wait_s_ = 0;
   for (size_t b = all.size(); b-- > 0;) {
@@ -84,11 +80,8 @@ void DistributedOptimizer::step(double lr) {
     mine.copy_(shards_[b][kMaster]);
     gathers_[b] = bucket.comm->all_gather(bucket.values, mine.clone());
   }
-  if (!overlap_gather_) {
-    const auto start = std::chrono::steady_clock::now();
-    wait_gathers();
-    last_gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  if (!overlap_gather_)
+    for (size_t b = 0; b < all.size(); ++b) last_gather_wait_s_ += finish_gather(b);
   ++steps_taken_;
 }
 
@@ -96,26 +89,22 @@ DistributedOptimizer::~DistributedOptimizer() {
   if (overlap_gather_) set_.set_before_forward(nullptr);
 }
 
+double DistributedOptimizer::finish_gather(size_t bucket) {
+  auto& g = gathers_[bucket];
+  if (!g) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  g->wait();
+  g.reset();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void DistributedOptimizer::wait_gathers() {
-  for (auto& g : gathers_)
-    if (g) {
-      g->wait();
-      g.reset();
-    }
+  for (size_t b = 0; b < gathers_.size(); ++b) finish_gather(b);
 }
 
 void DistributedOptimizer::wait_unit(int64_t unit) {
   if (unit < 0 || size_t(unit) >= unit_buckets_.size()) return;
-  const auto start = std::chrono::steady_clock::now();
-  bool waited = false;
-  for (size_t b : unit_buckets_[size_t(unit)]) {
-    auto& g = gathers_[b];
-    if (!g) continue;
-    g->wait();
-    g.reset();
-    waited = true;
-  }
-  if (waited) gather_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (size_t b : unit_buckets_[size_t(unit)]) gather_wait_s_ += finish_gather(b);
 }
 
 void DistributedOptimizer::refresh_master_weights() {

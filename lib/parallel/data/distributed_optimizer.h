@@ -71,6 +71,8 @@ class DistributedOptimizer {
   enum Buffer { kMaster, kExpAvg, kExpAvgSq };
 
   void wait_unit(int64_t unit);
+  // Waits for bucket's all-gather if one is in flight; returns the seconds waited.
+  double finish_gather(size_t bucket);
 
   GradBuckets& buckets_;
   model::ParameterSet& set_;
