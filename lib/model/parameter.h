@@ -92,6 +92,11 @@ struct Parameter {
 // grad_ready() when buffers are installed, otherwise into tensor.grad() (set on the first one).
 void accumulate_gradient(Parameter& p, const at::Tensor& grad);
 
+// What happens at the boundaries of forward units (ParameterSet::set_unit_hooks).
+struct UnitHooks {
+  std::function<void(int64_t unit)> before_forward, after_forward, before_backward, after_backward;
+};
+
 struct ParameterOptions {
   uint64_t seed = 0;
   double init_std = 0.02;
@@ -115,12 +120,24 @@ class ParameterSet {
   const Parameter* find(const std::string& name) const;
   const ParameterOptions& options() const { return options_; }
   int64_t local_numel() const;
-  // Called by the model before a forward unit (Parameter::unit) uses its parameters: ZeRO's
-  // overlapped all-gather waits there for the unit's buckets. No hook: nothing happens.
-  void set_before_forward(std::function<void(int64_t unit)> hook) { before_forward_ = std::move(hook); }
+  // The model reports where each forward unit (Parameter::unit) begins and ends, in forward and in
+  // backward; ZeRO waits there for a unit's parameter gathers (stage 1 and 2: the update's; stage
+  // 3: the unit's own, with the next one prefetched) and releases gathered parameters after use.
+  // Unset hooks do nothing.
+  void set_unit_hooks(UnitHooks hooks) { hooks_ = std::move(hooks); }
   void before_forward(int64_t unit) const {
-    if (before_forward_) before_forward_(unit);
+    if (hooks_.before_forward) hooks_.before_forward(unit);
   }
+  void after_forward(int64_t unit) const {
+    if (hooks_.after_forward) hooks_.after_forward(unit);
+  }
+  // The unit's output, through an identity whose backward (run just before the unit's own
+  // backward) calls hooks.before_backward(unit); x itself when that hook is unset or x needs no
+  // gradient.
+  at::Tensor mark_unit_output(const at::Tensor& x, int64_t unit) const;
+  // The unit's input, through an identity whose backward (run once the unit's backward has
+  // produced x's gradient) calls hooks.after_backward(unit).
+  at::Tensor mark_unit_input(const at::Tensor& x, int64_t unit) const;
   // Where the linears of this model queue deferred weight gradients (zero-bubble's W).
   // Layers keep pointers to it and to the parameters (a deque): both stay put when the set moves.
   WeightGradQueue& weight_grads() { return *weight_grads_; }
@@ -129,7 +146,7 @@ class ParameterSet {
   ParameterOptions options_;
   std::shared_ptr<WeightGradQueue> weight_grads_;
   std::deque<Parameter> parameters_;  // deque: references stay valid as parameters are added
-  std::function<void(int64_t)> before_forward_;
+  UnitHooks hooks_;
 };
 
 // The global initial value of a parameter: fp32 on CPU, a function of (seed, name, shape) only.

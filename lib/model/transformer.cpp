@@ -130,7 +130,9 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
-    params_.before_forward(1 + layer_index_[i]);
+    const int64_t unit = 1 + layer_index_[i];
+    x = params_.mark_unit_input(x, unit);
+    params_.before_forward(unit);
     if (options_.recompute == Recompute::Full) {
       // Keep only the layer input; everything inside is recomputed in backward.
       const bool moe = layer.is_moe();
@@ -147,6 +149,8 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
       x = h;
       if (layer_aux.defined()) *aux = *aux + layer_aux;
     }
+    params_.after_forward(unit);
+    x = params_.mark_unit_output(x, unit);
   }
   return x;
 }
@@ -174,8 +178,14 @@ at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, co
     const int64_t b = inputs.size(0);
     token_keys = (mine.unsqueeze(1) * b + at::arange(b, index_options).unsqueeze(0)).reshape({-1});
   }
-  if (layout.embedding) params_.before_forward(0);
-  return run_layers(layout, layout.embedding ? embed_.forward(inputs.t()) : hidden, cos, sin, token_keys, aux);
+  at::Tensor x = hidden;
+  if (layout.embedding) {
+    params_.before_forward(0);
+    x = embed_.forward(inputs.t());
+    params_.after_forward(0);
+    x = params_.mark_unit_output(x, 0);
+  }
+  return run_layers(layout, x, cos, sin, token_keys, aux);
 }
 
 at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
@@ -194,6 +204,7 @@ at::Tensor Transformer::logits(const at::Tensor& inputs) const {
   const at::Tensor x = chunk_layers(0, at::Tensor(), inputs, &aux);
   params_.before_forward(head_unit());
   const at::Tensor padded = lm_head_.forward(final_norm_.forward(x));
+  params_.after_forward(head_unit());
   return padded.narrow(-1, 0, options_.config.vocab_size).transpose(0, 1).contiguous();
 }
 
@@ -204,7 +215,9 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
   return out;
 }
 
-at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
+at::Tensor Transformer::loss(const at::Tensor& input, const at::Tensor& targets, ForwardOutput* out) const {
+  // The head's backward starts at once: no output boundary (ZeRO-3 keeps it gathered).
+  const at::Tensor x = params_.mark_unit_input(input, head_unit());
   params_.before_forward(head_unit());
   const at::Tensor h = final_norm_.forward(x, options_.recompute == Recompute::Selective);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
@@ -223,6 +236,7 @@ at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, For
                                            options_.config.vocab_size, kIgnoreIndex, tp.size > 1 ? tp.group : nullptr,
                                            loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)));
   out->tokens = targets.numel();
+  params_.after_forward(head_unit());
   return out->loss_sum;
 }
 

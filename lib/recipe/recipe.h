@@ -77,9 +77,14 @@ struct ParallelConfig {
   std::string cp_method = "ring";
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;
-  // ZeRO-2: accumulate full gradients over micro-batches and reduce-scatter once per step
-  // (false: every micro-batch reduce-scatters into the shard).
+  // ZeRO-2/3: accumulate full gradients over micro-batches and reduce-scatter once per step
+  // (false: every micro-batch reduce-scatters into the shard). Null in the recipe: true for ZeRO-3
+  // under pipeline parallelism, false otherwise.
   bool zero_accumulate_unsharded = false;
+  // ZeRO-3: free each layer's gathered parameters after its forward and gather them again for its
+  // backward (false: keep them from forward to backward). Null in the recipe: true without
+  // pipeline parallelism, false with it (torchtitan's defaults).
+  bool zero3_reshard_after_forward = true;
   // Hybrid sharding: ZeRO shards dense weights over groups of dp_shard data-parallel ranks (x cp),
   // normally inside a node, and replicates across the groups; -1: over all of dp.
   int64_t dp_shard = -1;

@@ -170,14 +170,20 @@ std::vector<KeySpec> build_schema() {
                   "ZeRO 1 and 2: the updated parameters' all-gather runs bucket by bucket behind the next forward, "
                   "each bucket waited for just before its first layer (false: all gathered at the optimizer step)."));
   s.push_back(at_least(key("parallel.dp_shard", K::Integer, -1,
-                           "Hybrid sharding (ZeRO 1 and 2): shard dense weights' optimizer states and gradients over "
+                           "Hybrid sharding (ZeRO 1, 2 and 3): shard dense weights' optimizer states and gradients over "
                            "groups of dp_shard data-parallel ranks (times cp), normally one node, and replicate across "
                            "the groups (gradients all-reduced between replicas); -1: shard over all of dp."),
                        -1));
-  s.push_back(key("parallel.zero_accumulate_unsharded", K::Boolean, false,
-                  "ZeRO-2 with gradient accumulation: accumulate full gradients over the micro-batches and "
+  s.push_back(key("parallel.zero_accumulate_unsharded", K::Boolean, nullptr,
+                  "ZeRO-2 and 3 with gradient accumulation: accumulate full gradients over the micro-batches and "
                   "reduce-scatter once per step (less communication, ZeRO-1's gradient memory); false: every "
-                  "micro-batch reduce-scatters into the gradient shard (least memory)."));
+                  "micro-batch reduce-scatters into the gradient shard (least memory); null: true for ZeRO-3 "
+                  "under pipeline parallelism, false otherwise."));
+  s.push_back(key("parallel.zero3_reshard_after_forward", K::Boolean, nullptr,
+                  "ZeRO-3: free each layer's gathered parameters after its forward and gather them again for its "
+                  "backward (least memory); false: keep them from forward to backward (one gather less per "
+                  "layer and micro-batch). null: true without pipeline parallelism, false with it (a stage then "
+                  "keeps its parameters gathered for all of the step's micro-batches)."));
   s.push_back(one_of(key("parallel.grad_reduce_dtype", K::String, "fp32",
                          "Gradients are accumulated over micro-batches and reduced across ranks in this dtype; bf16 "
                          "(only with training.dtype bf16) halves their memory and traffic at some precision."),

@@ -207,7 +207,7 @@ class Checker {
         add("parallel.dp_shard={} does not divide dp={} (world size {} / (tp * cp * pp)); use dp_shard in {} or -1",
             p.dp_shard, dp, world, divisors_text(dp, 64));
       else if (p.zero < 1)
-        add("parallel.dp_shard={} shards ZeRO's states, but parallel.zero=0; set parallel.zero to 1 or 2, or dp_shard -1",
+        add("parallel.dp_shard={} shards ZeRO's states, but parallel.zero=0; set parallel.zero to 1, 2 or 3, or dp_shard -1",
             p.dp_shard);
       else if (group > r_.hardware.gpus_per_node || r_.hardware.gpus_per_node % group != 0)
         add("parallel.dp_shard={}: a shard group spans tp * cp * dp_shard = {} * {} * {} = {} ranks, which do not fit "

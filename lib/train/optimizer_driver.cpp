@@ -14,7 +14,8 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
     : model_(model),
       groups_(groups),
       zero_stage_(recipe.parallel.zero),
-      accumulate_unsharded_(recipe.parallel.zero_accumulate_unsharded) {
+      accumulate_unsharded_(recipe.parallel.zero_accumulate_unsharded),
+      reshard_after_forward_(recipe.parallel.zero3_reshard_after_forward) {
   auto& params = model.parameters().all();
   parallel::BucketOptions options;
   options.bucket_bytes = int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024);
@@ -22,14 +23,24 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
   options.sharded = recipe.parallel.zero >= 1 && groups.get(mesh::GroupKind::DpCp).size() > 1;
   options.shard_gradients = recipe.parallel.zero >= 2;
   options.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
+  options.per_unit = recipe.parallel.zero >= 3;
   options.grad_dtype = recipe.parallel.grad_reduce_dtype == "bf16" && !params.empty()
                            ? params.front().tensor.scalar_type()
                            : at::kFloat;
   if (!params.empty() && params.front().tensor.scalar_type() == at::kDouble) options.grad_dtype = at::kDouble;
   buckets_ = std::make_unique<parallel::GradBuckets>(params, groups, options);
+  std::optional<parallel::Zero3Options> zero3;
+  if (options.sharded && recipe.parallel.zero >= 3) {
+    zero3.emplace();
+    zero3->reshard_after_forward = recipe.parallel.zero3_reshard_after_forward;
+    // Under pipeline parallelism a stage's parameters stay gathered for all of its micro-batches
+    // (torchtitan's default; the gradients are then reduced once, after the last one).
+    zero3->reshard_after_backward = recipe.parallel.pp == 1;
+    zero3->head_unit = model.head_unit();
+  }
   if (options.sharded)
     zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, model.parameters(), recipe.optimizer,
-                                                              recipe.parallel.overlap_param_gather);
+                                                              recipe.parallel.overlap_param_gather, zero3);
   else
     adamw_ = std::make_unique<optim::AdamW>(params, recipe.optimizer);
 }
@@ -42,6 +53,12 @@ const parallel::OverlapStats* OptimizerDriver::overlap() const {
       return &overlap_;
     }
   return nullptr;
+}
+
+parallel::UnitGathers* OptimizerDriver::unit_gathers() { return zero1_ ? zero1_->unit_gathers() : nullptr; }
+
+std::vector<checkpoint::TensorRecord> OptimizerDriver::parameter_records() const {
+  return zero1_ ? zero1_->parameter_records() : std::vector<checkpoint::TensorRecord>{};
 }
 
 void OptimizerDriver::wait_parameter_gathers() {
@@ -59,6 +76,11 @@ std::string OptimizerDriver::describe() const {
   const std::string buckets = count_of(int64_t(all.size()), "gradient bucket", "gradient buckets");
   const std::string dtype =
       all.empty() ? "" : fmt::format(", {} gradients", buckets_->reduced(all.front()).scalar_type() == at::kBFloat16 ? "bf16" : "fp32");
+  if (zero1_ && zero_stage_ >= 3)
+    return fmt::format("ZeRO-3 over {} (parameters gathered per layer, {}; gradients reduce-scattered {}), {}{}", over,
+                       zero1_->unit_gathers() && reshard_after_forward_ ? "released after forward"
+                                                                        : "kept from forward to backward",
+                       accumulate_unsharded_ ? "once per step" : "every micro-batch", buckets, dtype);
   if (zero1_ && zero_stage_ >= 2)
     return fmt::format("ZeRO-2 over {} (gradients reduce-scattered {}), {}{}", over,
                        accumulate_unsharded_ ? "once per step" : "every micro-batch", buckets, dtype);
@@ -67,10 +89,20 @@ std::string OptimizerDriver::describe() const {
   return "AdamW" + dtype;
 }
 
-void OptimizerDriver::begin_step() { buckets_->begin_step(); }
+void OptimizerDriver::begin_step() {
+  // ZeRO-3: whatever is still gathered (the whole model after loading, an evaluation's leftovers)
+  // is freed; the step gathers unit by unit.
+  if (parallel::UnitGathers* gathers = unit_gathers()) gathers->release_all();
+  buckets_->begin_step();
+}
 void OptimizerDriver::begin_backward(int64_t chunk, bool last) { buckets_->begin_backward(chunk, last); }
-void OptimizerDriver::end_backward(int64_t chunk) { buckets_->end_backward(chunk); }
+void OptimizerDriver::end_backward(int64_t chunk) {
+  buckets_->end_backward(chunk);
+  if (parallel::UnitGathers* gathers = unit_gathers()) gathers->end_backward(chunk);
+}
 void OptimizerDriver::finish_gradients() {
+  // ZeRO-3: gathered parameters would be stale after the update.
+  if (parallel::UnitGathers* gathers = unit_gathers()) gathers->release_all();
   buckets_->finish();
   // A tied embedding split across the pipeline: the embedding's and the head copy's gradients
   // (each already summed over dp x cp) are added on both ends, so both copies take the same step.

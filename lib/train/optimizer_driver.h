@@ -2,7 +2,8 @@
 // The optimizer as the training loop sees it: the gradient buffers (parallel::GradBuckets, fp32
 // unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), then
 // replicated AdamW (ZeRO 0, or one data-parallel rank) or the distributed optimizer (ZeRO-1, and
-// ZeRO-2 whose buckets keep only their reduced gradient shard).
+// ZeRO-2 whose buckets keep only their reduced gradient shard, and ZeRO-3 which also gathers the
+// parameters unit by unit).
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,11 @@ class OptimizerDriver {
   // ZeRO: waits for the parameter all-gathers of the last step, which otherwise complete during the
   // next forward. Call before reading parameters outside a forward (checkpoints, exports).
   void wait_parameter_gathers();
+  // ZeRO-3: the parameters for a checkpoint, from this rank's shards (capture_training_state);
+  // empty otherwise (the parameters themselves are saved).
+  std::vector<checkpoint::TensorRecord> parameter_records() const;
+  // ZeRO-3's unit gathers, or null.
+  parallel::UnitGathers* unit_gathers();
   std::string describe() const;
 
  private:
@@ -56,6 +62,7 @@ class OptimizerDriver {
   const mesh::ProcessGroups& groups_;
   int64_t zero_stage_;
   bool accumulate_unsharded_;
+  bool reshard_after_forward_;
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<parallel::DistributedOptimizer> zero1_;

@@ -121,7 +121,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   auto state = [&] {
     optimizer.wait_parameter_gathers();  // the parameters hold the update before they are captured
     auto content = capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
-                                          progress, groups);
+                                          progress, groups, optimizer.parameter_records());
     if (const model::RoutingBias* bias = model.routing_bias()) content.extra["moe_routing_bias"] = bias->to_json();
     if (last_evaluation)
       content.extra["evaluation"] = {{"loss", last_evaluation->loss}, {"perplexity", last_evaluation->perplexity}};

@@ -49,7 +49,8 @@ bool on_another_stage(const std::string& name, const model::Transformer& model) 
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress, const mesh::ProcessGroups& groups) {
+                                                     const Progress& progress, const mesh::ProcessGroups& groups,
+                                                     std::vector<checkpoint::TensorRecord> parameter_records) {
   checkpoint::CheckpointContent content;
   content.step = progress.step;
   content.consumed_samples = progress.consumed_samples;
@@ -58,9 +59,10 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
     content.mesh = {{"world_size", recipe.mesh->world_size}, {"tp", recipe.mesh->tp}, {"cp", recipe.mesh->cp},
                     {"dp", recipe.mesh->dp}, {"pp", recipe.mesh->pp}, {"ep", recipe.mesh->ep},
                     {"zero", recipe.recipe.parallel.zero}};
-  std::vector<checkpoint::TensorRecord> records;
+  std::vector<checkpoint::TensorRecord> records = std::move(parameter_records);
   const mesh::RankLayout& layout = groups.layout();
   for (const auto& p : model.parameters().all()) {
+    if (!records.empty()) break;  // given by the optimizer
     if (p.real_numel() == 0) continue;  // padding rows only (a vocabulary padded past its last id)
     auto record = checkpoint::TensorRecord::slice(p.name, p.real_part(p.tensor.detach()), p.global_shape, p.offsets());
     const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);

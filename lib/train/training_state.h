@@ -21,11 +21,13 @@ struct Progress {
 // What this rank writes of a checkpoint: each parameter slice and the optimizer state are held by
 // the ranks with the same slice (parallel/data/replicas.h) and spread over them
 // (shard_assignment.h), so each unique slice is written once; ZeRO-1 fragments are written by
-// their owner. The records point at the live tensors.
+// their owner. The records point at the live tensors. `parameter_records`: the parameters'
+// records when the optimizer gives them (ZeRO-3's shards); empty: taken from the model.
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
-                                                     const Progress& progress, const mesh::ProcessGroups& groups);
+                                                     const Progress& progress, const mesh::ProcessGroups& groups,
+                                                     std::vector<checkpoint::TensorRecord> parameter_records = {});
 
 // Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
 // A tensor missing from the checkpoint or of another global shape is a UserError naming both.

@@ -18,8 +18,9 @@ constexpr const char* kStateNames[3] = {"optimizer.master.", "optimizer.exp_avg.
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params,
-                                           const recipe::OptimizerConfig& config, bool overlap_gather)
-    : buckets_(buckets), set_(params), params_(params.all()), overlap_gather_(overlap_gather), config_(config) {
+                                           const recipe::OptimizerConfig& config, bool overlap_gather,
+                                           const std::optional<Zero3Options>& zero3)
+    : buckets_(buckets), set_(params), params_(params.all()), overlap_gather_(overlap_gather && !zero3), config_(config) {
   at::NoGradGuard no_grad;
   auto& all = buckets.buckets();
   gathers_.resize(all.size());
@@ -30,7 +31,11 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       auto& list = unit_buckets_[unit];
       if (std::find(list.begin(), list.end(), b) == list.end()) list.push_back(b);
     }
-  if (overlap_gather_) set_.set_before_forward([this](int64_t unit) { wait_unit(unit); });
+  if (overlap_gather_) {
+    model::UnitHooks hooks;
+    hooks.before_forward = [this](int64_t unit) { wait_unit(unit); };
+    set_.set_unit_hooks(std::move(hooks));
+  }
   for (size_t b = 0; b < all.size(); ++b) {
     auto& bucket = all[b];
     const int64_t lo = GradBuckets::shard_begin(bucket), n = GradBuckets::shard_numel(bucket), hi = lo + n;
@@ -44,6 +49,7 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       steps_.push_back(at::zeros({}, at::kFloat));
     }
   }
+  if (zero3) unit_gathers_ = std::make_unique<UnitGathers>(buckets, params, *zero3);
 }
 
 void DistributedOptimizer::step(double lr) {
@@ -67,6 +73,13 @@ void DistributedOptimizer::step(double lr) {
     at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1, config_.beta2,
                       decay ? config_.weight_decay : 0.0, config_.eps, false, false);
   }
+  if (unit_gathers_) {
+    // ZeRO-3: the next forward gathers each unit from the updated shards.
+    for (size_t b = 0; b < all.size(); ++b) unit_gathers_->shard(b).copy_(shards_[b][kMaster]);
+    last_gather_wait_s_ = unit_gathers_->take_wait_s();
+    ++steps_taken_;
+    return;
+  }
   // Write the updated shard into the parameter storage and gather every rank's shard. Buckets hold
   // parameters in reverse order (as backward produces gradients): gathering them last bucket first
   // brings the first layers' parameters first, as the next forward needs them (the same order on
@@ -86,7 +99,7 @@ void DistributedOptimizer::step(double lr) {
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
-  if (overlap_gather_) set_.set_before_forward(nullptr);
+  if (overlap_gather_) set_.set_unit_hooks({});
 }
 
 double DistributedOptimizer::finish_gather(size_t bucket) {
@@ -110,14 +123,14 @@ void DistributedOptimizer::wait_unit(int64_t unit) {
 void DistributedOptimizer::refresh_master_weights() {
   at::NoGradGuard no_grad;
   auto& all = buckets_.buckets();
+  if (unit_gathers_) unit_gathers_->refresh_shards();  // throws when the parameters are released
   for (size_t b = 0; b < all.size(); ++b)
     shards_[b][kMaster].copy_(all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
 }
 
-std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records() const {
-  const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
+void DistributedOptimizer::add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
+                                                std::vector<checkpoint::TensorRecord>& out) const {
   const mesh::ProcessGroups& groups = buckets_.groups();
-  std::vector<checkpoint::TensorRecord> out;
   for (const Fragment& fr : fragments_) {
     const auto& p = params_[fr.param];
     // The same fragment is on the ranks that hold the same slice and the same shard of the bucket.
@@ -126,12 +139,30 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
     // Padding rows (a padded vocabulary) end the parameter in row-major order: only the real prefix is saved.
     const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);
     if (length <= 0) continue;
-    for (int k = 0; k < 3; ++k) {
-      if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
-      out.push_back(checkpoint::TensorRecord::flat(kStateNames[k] + p.name, shards_[fr.bucket][k].narrow(0, fr.shard_offset, length),
-                                                   p.global_shape, p.offsets(), p.real_sizes(), fr.param_offset));
-      if (holders.count > 1) out.back().replicated = holders;
-    }
+    out.push_back(checkpoint::TensorRecord::flat(prefix + p.name, buffers[fr.bucket].narrow(0, fr.shard_offset, length),
+                                                 p.global_shape, p.offsets(), p.real_sizes(), fr.param_offset));
+    if (holders.count > 1) out.back().replicated = holders;
+  }
+}
+
+std::vector<checkpoint::TensorRecord> DistributedOptimizer::parameter_records() const {
+  std::vector<checkpoint::TensorRecord> out;
+  if (!unit_gathers_) return out;
+  std::vector<at::Tensor> shards;
+  for (size_t b = 0; b < shards_.size(); ++b) shards.push_back(unit_gathers_->shard(b));
+  add_fragment_records("", shards, out);
+  return out;
+}
+
+std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records() const {
+  const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
+  const mesh::ProcessGroups& groups = buckets_.groups();
+  std::vector<checkpoint::TensorRecord> out;
+  for (int k = 0; k < 3; ++k) {
+    if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
+    std::vector<at::Tensor> buffers;
+    for (const auto& shard : shards_) buffers.push_back(shard[k]);
+    add_fragment_records(kStateNames[k], buffers, out);
   }
   for (const auto& p : params_) {
     auto step = checkpoint::TensorRecord::whole("optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat));
@@ -143,6 +174,7 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
 
 void DistributedOptimizer::load_state(const StateReader& read) {
   at::NoGradGuard no_grad;
+  if (unit_gathers_) unit_gathers_->refresh_shards();  // the parameters were loaded whole
   for (size_t f = 0; f < fragments_.size(); ++f) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];

@@ -10,6 +10,10 @@
 // of its parameters (model::ParameterSet::before_forward), so the gathers of later layers run
 // behind the computation of earlier ones (Megatron's --overlap-param-gather). Anything else that
 // reads the parameters between steps (checkpoints, exports) calls wait_gathers() first.
+//
+// ZeRO-3 (a Zero3Options given): the parameters are gathered unit by unit where they are used
+// (unit_gathers.h); the step only writes the updated shard, and checkpoints take the parameters
+// from the shards (parameter_records) without gathering them.
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -22,6 +26,7 @@
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
 #include "parallel/data/grad_buckets.h"
+#include "parallel/data/unit_gathers.h"
 #include "recipe/recipe.h"
 
 namespace trainer::parallel {
@@ -35,7 +40,7 @@ using StateReader = std::function<std::optional<at::Tensor>(const std::string& n
 class DistributedOptimizer {
  public:
   DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params, const recipe::OptimizerConfig& config,
-                       bool overlap_gather);
+                       bool overlap_gather, const std::optional<Zero3Options>& zero3 = std::nullopt);
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -50,8 +55,15 @@ class DistributedOptimizer {
   double gather_wait_s() const { return last_gather_wait_s_; }
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
-  // Copies this rank's shard of the parameters into the fp32 master weights (after loading them).
+  // Copies this rank's shard of the parameters into the fp32 master weights (after loading them;
+  // under ZeRO-3 before the first step, while the parameters are still whole).
   void refresh_master_weights();
+  // ZeRO-3, or null: where parameters are gathered and released.
+  UnitGathers* unit_gathers() { return unit_gathers_.get(); }
+  // ZeRO-3: this rank's part of the parameters for a checkpoint, as flat ranges of each
+  // parameter's slice (names and layout as the whole parameters would be saved), taken from the
+  // shards without communication. The live tensors.
+  std::vector<checkpoint::TensorRecord> parameter_records() const;
 
   // This rank's state for a checkpoint, under the names optim::AdamW::state() uses, without any communication: its
   // fragments of the moments (and of the fp32 master weights when the parameters are not fp32) as
@@ -74,8 +86,13 @@ class DistributedOptimizer {
   // Waits for bucket's all-gather if one is in flight; returns the seconds waited.
   double finish_gather(size_t bucket);
 
+  // The records of each fragment of `buffers` (one per bucket) under `prefix` + the parameter's name.
+  void add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
+                            std::vector<checkpoint::TensorRecord>& out) const;
+
   GradBuckets& buckets_;
   model::ParameterSet& set_;
+  std::unique_ptr<UnitGathers> unit_gathers_;
   std::deque<model::Parameter>& params_;
   bool overlap_gather_;
   std::vector<std::unique_ptr<comm::Work>> gathers_;  // per bucket: its all-gather in flight, or null

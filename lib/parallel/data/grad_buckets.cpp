@@ -42,12 +42,13 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
     : params_(params), groups_(groups), world_(groups.world()), options_(options) {
   // Fill one open bucket per (chunk, group) in reverse parameter order.
   const int64_t element_bytes = int64_t(c10::elementSize(options.grad_dtype));
-  std::map<std::tuple<int64_t, int, bool>, Bucket> open;
+  std::map<std::tuple<int64_t, int, bool, int64_t>, Bucket> open;
   int64_t chunks = 1;
   for (size_t k = params.size(); k-- > 0;) {
     const model::Parameter& p = params[k];
     chunks = std::max(chunks, p.chunk + 1);
-    const std::tuple<int64_t, int, bool> key{p.chunk, int(p.grad_group), p.tied_across_stages};
+    const std::tuple<int64_t, int, bool, int64_t> key{p.chunk, int(p.grad_group), p.tied_across_stages,
+                                                      options.per_unit ? p.unit : -1};
     Bucket& b = open[key];
     if (b.params.empty()) {
       b.chunk = p.chunk;

@@ -58,6 +58,7 @@ struct BucketOptions {
   c10::ScalarType grad_dtype = c10::ScalarType::Float;   // of the gradient buffers
   bool shard_gradients = false;                          // ZeRO-2 (needs sharded)
   bool accumulate_unsharded = false;                     // ZeRO-2: one reduction per step, not per micro-batch
+  bool per_unit = false;  // ZeRO-3: a bucket holds parameters of one forward unit (model::Parameter::unit)
 };
 
 class GradBuckets {

@@ -1,0 +1,189 @@
+#include "parallel/data/unit_gathers.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace trainer::parallel {
+
+namespace {
+
+// Gives a tensor's storage back to its allocator; views of it keep their shapes (and must not be
+// read until allocate_storage).
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = size_t(t.numel()) * t.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+}  // namespace
+
+UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options)
+    : buckets_(buckets), set_(set), options_(options) {
+  at::NoGradGuard no_grad;
+  const auto& all = buckets.buckets();
+  const auto& params = set.all();
+  slots_.resize(all.size());
+  for (size_t b = 0; b < all.size(); ++b) {
+    const auto& bucket = all[b];
+    if (!bucket.values.defined() || bucket.values.storage().use_count() < 1)
+      throw std::logic_error("ZeRO-3 needs the parameters in their buckets' buffers (GradBuckets with sharded buckets)");
+    shards_.push_back(
+        bucket.values.narrow(0, GradBuckets::shard_begin(bucket), GradBuckets::shard_numel(bucket)).clone());
+    int64_t unit = -1;
+    for (size_t p : bucket.params) {
+      if (unit >= 0 && params[p].unit != unit)
+        throw std::logic_error(fmt::format("ZeRO-3 bucket {} holds parameters of units {} and {}", b, unit, params[p].unit));
+      unit = params[p].unit;
+      slots_[b].pinned = slots_[b].pinned || params[p].uses > 1;
+    }
+    unit_buckets_[unit].push_back(b);
+    auto& units = chunk_units_[bucket.chunk];
+    if (std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+  }
+  // A tied embedding is used by the head's unit too: gathering that unit gathers its bucket.
+  for (size_t b = 0; b < all.size(); ++b)
+    if (slots_[b].pinned && options_.head_unit >= 0 && unit_buckets_.count(options_.head_unit))
+      unit_buckets_[options_.head_unit].push_back(b);
+  model::UnitHooks hooks;
+  hooks.before_forward = [this](int64_t unit) { before_forward(unit); };
+  hooks.after_forward = [this](int64_t unit) { after_forward(unit); };
+  hooks.before_backward = [this](int64_t unit) { before_backward(unit); };
+  hooks.after_backward = [this](int64_t unit) { after_backward(unit); };
+  set_.set_unit_hooks(std::move(hooks));
+}
+
+UnitGathers::~UnitGathers() {
+  set_.set_unit_hooks({});
+  for (size_t b = 0; b < slots_.size(); ++b)
+    if (slots_[b].work) slots_[b].work->wait();
+}
+
+int64_t UnitGathers::neighbour(int64_t unit, int direction) const {
+  auto it = unit_buckets_.find(unit);
+  if (it == unit_buckets_.end()) return -1;
+  if (direction > 0) {
+    ++it;
+    return it == unit_buckets_.end() ? -1 : it->first;
+  }
+  return it == unit_buckets_.begin() ? -1 : std::prev(it)->first;
+}
+
+void UnitGathers::gather(int64_t unit) {
+  auto it = unit_buckets_.find(unit);
+  if (it == unit_buckets_.end()) return;
+  at::NoGradGuard no_grad;
+  auto& all = buckets_.buckets();
+  for (size_t b : it->second) {
+    Slot& slot = slots_[b];
+    if (slot.state != State::Released) continue;
+    auto& bucket = all[b];
+    allocate_storage(bucket.values);
+    if (bucket.comm->size() == 1) {
+      bucket.values.copy_(shards_[b]);
+      slot.state = State::Gathered;
+    } else {
+      slot.work = bucket.comm->all_gather(bucket.values, shards_[b]);
+      slot.state = State::Gathering;
+    }
+    ++gathers_issued_;
+  }
+}
+
+void UnitGathers::wait_slot(size_t b) {
+  Slot& slot = slots_[b];
+  if (slot.state != State::Gathering) return;
+  const auto start = std::chrono::steady_clock::now();
+  slot.work->wait();
+  slot.work.reset();
+  slot.state = State::Gathered;
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void UnitGathers::wait(int64_t unit) {
+  auto it = unit_buckets_.find(unit);
+  if (it == unit_buckets_.end()) return;
+  for (size_t b : it->second) wait_slot(b);
+}
+
+void UnitGathers::release(int64_t unit) {
+  auto it = unit_buckets_.find(unit);
+  if (it == unit_buckets_.end()) return;
+  for (size_t b : it->second) {
+    if (slots_[b].pinned || slots_[b].state == State::Released) continue;
+    wait_slot(b);  // a prefetch still writing into the buffer
+    free_storage(buckets_.buckets()[b].values);
+    slots_[b].state = State::Released;
+  }
+}
+
+void UnitGathers::release_all() {
+  for (size_t b = 0; b < slots_.size(); ++b) {
+    if (slots_[b].state == State::Released) continue;
+    wait_slot(b);
+    free_storage(buckets_.buckets()[b].values);
+    slots_[b].state = State::Released;
+  }
+}
+
+bool UnitGathers::all_gathered() const {
+  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == State::Gathered; });
+}
+
+void UnitGathers::refresh_shards() {
+  if (!all_gathered()) throw std::logic_error("ZeRO-3: the parameters were read while released");
+  at::NoGradGuard no_grad;
+  auto& all = buckets_.buckets();
+  for (size_t b = 0; b < all.size(); ++b)
+    shards_[b].copy_(all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
+}
+
+void UnitGathers::before_forward(int64_t unit) {
+  gather(unit);
+  gather(neighbour(unit, +1));  // prefetched: its gather runs behind this unit's computation
+  wait(unit);
+}
+
+void UnitGathers::after_forward(int64_t unit) {
+  const bool training = at::GradMode::is_enabled();
+  // The head's backward follows at once; without a backward (evaluation) nothing is kept.
+  if (training && (unit == options_.head_unit || !options_.reshard_after_forward)) return;
+  release(unit);
+}
+
+void UnitGathers::before_backward(int64_t unit) {
+  gather(unit);
+  if (options_.reshard_after_forward) gather(neighbour(unit, -1));
+  wait(unit);
+}
+
+void UnitGathers::after_backward(int64_t unit) {
+  if (options_.reshard_after_backward) release(unit);
+}
+
+void UnitGathers::end_backward(int64_t chunk) {
+  if (!options_.reshard_after_backward) return;
+  auto it = chunk_units_.find(chunk);
+  if (it == chunk_units_.end()) return;
+  for (int64_t unit : it->second) release(unit);
+}
+
+double UnitGathers::take_wait_s() {
+  const double s = wait_s_;
+  wait_s_ = 0;
+  return s;
+}
+
+}  // namespace trainer::parallel

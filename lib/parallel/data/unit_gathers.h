@@ -1,0 +1,94 @@
+#pragma once
+// ZeRO-3 (fully sharded data parallelism): each rank keeps only its shard of every parameter
+// bucket; a forward unit's parameters (model::Parameter::unit: the embedding, one decoder layer,
+// the final norm and LM head) exist in full only around their use. GradBuckets builds the buckets
+// per unit under ZeRO-3, so a unit's parameters are the buckets it owns.
+//
+// Forward: before a unit, its buckets are all-gathered (if not already) and the next unit's
+// gathers are issued at once (one unit prefetched), then waited for; after it, with
+// reshard_after_forward, the gathered storage is freed. Backward: before a unit's backward (its
+// output's boundary, model::ParameterSet::mark_unit_output) it is gathered again with the previous
+// unit prefetched; after it (the input's boundary, and at the end of each micro-batch's backward
+// for what has no input boundary) it is freed, unless reshard_after_backward is off (pipeline
+// parallelism: kept for the step's other micro-batches). The LM head unit stays gathered from its
+// forward to its backward, which follows at once; buckets holding a weight used by two units (an
+// embedding tied to the LM head on the same stage) stay gathered from their first use to the end of
+// the step. Gradients are reduce-scattered by the ZeRO-2 machinery as each bucket's last
+// contribution arrives.
+//
+// Freeing keeps the tensors: the parameters stay views of their bucket's buffer, whose storage is
+// given back to the allocator and allocated again for the next gather (FSDP1's approach), so every
+// layer, autograd's saved weights included, sees the gathered values without knowing about ZeRO.
+// Gathers on a bucket's communicator are issued at the same unit boundaries on every rank, in
+// the same order.
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "parallel/data/grad_buckets.h"
+
+namespace trainer::parallel {
+
+struct Zero3Options {
+  bool reshard_after_forward = true;
+  bool reshard_after_backward = true;
+  int64_t head_unit = -1;  // the final norm and LM head's unit (model::Transformer::head_unit)
+};
+
+class UnitGathers {
+ public:
+  // The buckets' `values` hold every parameter at construction: they stay gathered (the state a
+  // checkpoint or Hugging Face weights are loaded into) until release_all().
+  UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options);
+  ~UnitGathers();
+  UnitGathers(const UnitGathers&) = delete;
+  UnitGathers& operator=(const UnitGathers&) = delete;
+
+  // This rank's shard of a bucket's parameters in the model dtype, the input of its all-gathers:
+  // the optimizer writes each update here.
+  at::Tensor& shard(size_t bucket) { return shards_[bucket]; }
+  // Copies the gathered parameters into the shards (after loading into the full parameters).
+  void refresh_shards();
+  // Waits for every gather in flight and frees every bucket's full values.
+  void release_all();
+  // Whether every bucket holds its full values now.
+  bool all_gathered() const;
+  // After a micro-batch's backward of a model chunk: frees the chunk's units (reshard_after_backward).
+  void end_backward(int64_t chunk);
+  // Seconds spent waiting for gathers since the last call.
+  double take_wait_s();
+  int64_t gathers_issued() const { return gathers_issued_; }
+
+ private:
+  enum class State { Released, Gathering, Gathered };
+  struct Slot {
+    State state = State::Gathered;
+    std::unique_ptr<comm::Work> work;
+    bool pinned = false;  // holds a weight two units use: released by release_all() only
+  };
+  void gather(int64_t unit);
+  void wait(int64_t unit);
+  void release(int64_t unit);
+  void wait_slot(size_t bucket);
+  // The unit this rank holds after (+1) or before (-1) `unit` in model order, or -1.
+  int64_t neighbour(int64_t unit, int direction) const;
+
+  void before_forward(int64_t unit);
+  void after_forward(int64_t unit);
+  void before_backward(int64_t unit);
+  void after_backward(int64_t unit);
+
+  GradBuckets& buckets_;
+  model::ParameterSet& set_;
+  Zero3Options options_;
+  std::vector<at::Tensor> shards_;
+  std::vector<Slot> slots_;
+  std::map<int64_t, std::vector<size_t>> unit_buckets_;  // per unit: its buckets
+  std::map<int64_t, std::vector<int64_t>> chunk_units_;  // per model chunk: its units
+  double wait_s_ = 0;
+  int64_t gathers_issued_ = 0;
+};
+
+}  // namespace trainer::parallel
