@@ -98,15 +98,35 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     const double dense_bytes = e * double(stage.params.dense), expert_bytes = e * double(stage.params.expert);
     const double dense_ranks = double(mesh.shard_dp() * mesh.cp), expert_ranks = double(mesh.edp);
     if (p.zero >= 3) {
-      // Parameters gathered before each use (forward and backward) and gradients reduce-scattered
-      // every micro-batch, prefetched behind the computation.
-      double per_mb = 0;
-      per_mb += 2 * collective_seconds(CommKind::AllGather, dense_bytes, placement.dp_cp, gpu);
-      per_mb += 2 * collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
-      per_mb += collective_seconds(CommKind::ReduceScatter, dense_bytes, placement.dp_cp, gpu);
-      per_mb += collective_seconds(CommKind::ReduceScatter, expert_bytes, placement.edp, gpu);
-      tb.dp_comm_s = per_mb * double(m);
-      tb.dp_exposed_s = std::max(0.0, per_mb - compute_mb) * double(m);
+      // ZeRO-3 (parallel/data/unit_gathers.h): each unit gathered for its forward and, when
+      // resharded after forward, again for its backward, one unit prefetched; under pipeline
+      // parallelism a stage's units stay gathered from the step's first forward on. Gradients
+      // reduce-scattered every micro-batch unless accumulated unsharded (the pipeline default).
+      const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
+      const GroupPlacement& dense_group = placement.dp_cp_shard;
+      const double gather = collective_seconds(CommKind::AllGather, dense_bytes, dense_group, gpu) +
+                            collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
+      const double reduce =
+          collective_seconds(CommKind::ReduceScatter, g * double(stage.params.dense), dense_group, gpu) +
+          collective_seconds(CommKind::ReduceScatter, g * double(stage.params.expert), placement.edp, gpu);
+      const bool per_microbatch_gathers = mesh.pp == 1;
+      const double gathers = per_microbatch_gathers ? double(m) * (p.zero3_reshard_after_forward ? 2.0 : 1.0) : 1.0;
+      const double reductions = p.zero_accumulate_unsharded ? 1.0 : double(m);
+      tb.dp_comm_s = gather * gathers + reduce * reductions;
+      // Exposed: what the computation does not cover, and the first unit of each gathering pass
+      // (nothing runs before it), about gather / units.
+      const double units = double(std::max<size_t>(1, stage.unit_params.size()));
+      const double passes = gathers;
+      const double per_pass_compute = per_microbatch_gathers ? compute_mb / (p.zero3_reshard_after_forward ? 2.0 : 1.0)
+                                                             : compute_mb * double(m);
+      tb.param_gather_s = passes * (std::max(0.0, gather - per_pass_compute) + gather / units);
+      tb.dp_exposed_s = reductions * std::max(0.0, reduce - st.backward.total()) + reduce / units;
+      if (placement.dp_cp_replicate.size > 1) {
+        const double across = collective_seconds(CommKind::AllReduce, g * double(stage.params.dense) / double(dense_group.size),
+                                                 placement.dp_cp_replicate, gpu);
+        tb.dp_comm_s += across;
+        tb.dp_exposed_s += across;
+      }
     } else {
       // Gradients are reduced in the buffers' dtype: fp32 unless parallel.grad_reduce_dtype is bf16.
       const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
@@ -205,6 +225,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
   memory.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
+  memory.reshard_after_forward = recipe.parallel.zero3_reshard_after_forward;
   memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;

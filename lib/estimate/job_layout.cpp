@@ -69,6 +69,11 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
     for (int64_t c = 0; c < chunks; ++c)
       if (parallel::place_chunk(kind, mesh.pp, mesh.vpp, c).stage == stage)
         for (int64_t l = first_layer[size_t(c)]; l < first_layer[size_t(c + 1)]; ++l) s.layers.push_back(l);
+    const bool tied_here = m.tie_word_embeddings && embedding_stage == head_stage;
+    if (s.first) {
+      s.unit_params.push_back(tied_here ? 0 : V_rank * H);
+      if (tied_here) s.pinned_params = V_rank * H;
+    }
     for (int64_t l : s.layers) {
       const bool moe = job.counts.layers[size_t(l)].moe;
       if (moe) ++s.moe_layers;
@@ -78,7 +83,9 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.norm += lp.norm;
       s.params.tensors += lp.tensors;
       s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert);
+      s.unit_params.push_back(lp.dense + lp.expert);
     }
+    if (s.last) s.unit_params.push_back(H + (tied_here ? 0 : V_rank * H));
     if (s.first) {
       s.params.dense += V_rank * H;
       s.params.tensors += 1;

@@ -29,7 +29,12 @@ struct StageLayout {
   std::vector<int64_t> layers;               // global indices of its decoder layers
   int64_t moe_layers = 0;
   StageParams params;
-  int64_t largest_layer_params = 0;          // one layer's local parameters (ZeRO-3 gathers)
+  int64_t largest_layer_params = 0;          // one layer's local parameters
+  // ZeRO-3's units on this stage in model order (the embedding, each decoder layer, the final norm
+  // and LM head): the local parameters each gathers. An embedding tied to the head on this stage
+  // is gathered once and kept for the step: counted in pinned_params, not in a unit.
+  std::vector<int64_t> unit_params;
+  int64_t pinned_params = 0;
 };
 
 // How MoE rows are counted: balanced routing (every expert gets its share) or the worst case a

@@ -3,10 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 namespace trainer::estimate {
 
 namespace {
+
+// On the CPU, Gloo gathers into a flat buffer of its own and copies it out. That buffer lives only
+// while the transfer runs on Gloo's thread, which the measured peaks show does not coincide with
+// them (counting one copy per prefetch overestimated ZeRO-3 peaks by 4-9%): none counted.
+constexpr double kGlooGatherCopy = 0.0;
 
 struct ChunkRun {
   double held = 0;  // level after the forward (what the micro-batch keeps for backward)
@@ -29,16 +36,21 @@ std::string describe(const ChunkRun& run) {
   return "?";
 }
 
+// Bytes present beside the activations during a phase: (phase, position of the layer in the
+// chunk, or -1).
+using PhaseExtra = std::function<double(ChunkRun::Phase, int64_t)>;
+
 // One (micro-batch, chunk) through forward and backward, from level 0; `layers` [begin, end).
 ChunkRun run_chunk(const MicroBatchModel& model, const JobLayout& job, const int64_t* begin, const int64_t* end,
-                   bool first_chunk, bool last_chunk) {
+                   bool first_chunk, bool last_chunk, const PhaseExtra& extra = nullptr) {
   ChunkRun run;
   run.first = first_chunk;
   run.last = last_chunk;
   double level = 0;
   auto step = [&](const Segment& s, ChunkRun::Phase phase, int64_t layer) {
-    if (level + double(s.peak) > run.peak) {
-      run.peak = level + double(s.peak);
+    const double beside = extra ? extra(phase, layer < 0 ? -1 : layer - (begin == end ? 0 : *begin)) : 0.0;
+    if (level + double(s.peak) + beside > run.peak) {
+      run.peak = level + double(s.peak) + beside;
       run.phase = phase;
       run.layer = layer;
     }
@@ -111,23 +123,65 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const double copy_budget = double(int64_t(64) << 20);
     const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
     const double gloo_flat = std::min(e * (pd + pe), 2.0 * bucket_bytes * e / options.grad_bytes);
-    const double gather = sharded_optimizer ? e * shard + (options.gpu ? 0.0 : gloo_flat) : 0.0;
+    // ZeRO-3 gathers nothing at the step (each unit is gathered by the next forward).
+    const double gather = sharded_optimizer && zero < 3 ? e * shard + (options.gpu ? 0.0 : gloo_flat) : 0.0;
     sm.optimizer_step_transient = std::max(copies, gather);
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
-  if (zero == 2 && data_parallel) {
+  if (zero >= 2 && data_parallel) {
     // ZeRO-2 (parallel/data/grad_buckets.h): besides the shards, full-size bucket buffers while
     // they accumulate and while their reduce-scatter is in flight (at most two per communicator;
     // on the CPU Gloo reduces a clone of each). Every micro-batch: one accumulating, two in flight.
     // Accumulating unsharded over several micro-batches: every full buffer from the first
-    // micro-batch's backward to the step's reduction.
-    const double clones = options.gpu ? 0.0 : 2.0 * bucket_bytes;
+    // micro-batch's backward to the step's reduction. ZeRO-3's buckets hold one unit each.
+    int64_t largest_unit = 0;
+    for (int64_t u : stage.unit_params) largest_unit = std::max(largest_unit, u);
+    const double bucket = zero >= 3 ? std::min(bucket_bytes, options.grad_bytes * double(largest_unit)) : bucket_bytes;
+    const double clones = options.gpu ? 0.0 : 2.0 * bucket;
     sm.zero2_full_buckets = options.accumulate_unsharded && job.microbatches > 1
                                 ? options.grad_bytes * (pd + pe) + clones
-                                : 3.0 * bucket_bytes + clones;
+                                : 3.0 * bucket + clones;
   }
-  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * options.grad_bucket_bytes;
-  if (zero >= 3 && data_parallel) sm.comm_buffers += 2.0 * double(stage.largest_layer_params) * e;
+  PhaseExtra zero3_extra;
+  if (zero >= 3 && data_parallel) {
+    // ZeRO-3 (parallel/data/unit_gathers.h): a unit computes while the next one (in backward the
+    // previous one) is gathered; each phase of the micro-batch's timeline sees the units gathered
+    // then (run_chunk's PhaseExtra). Without resharding after forward, or under pipeline parallelism (kept for
+    // all micro-batches), every unit is gathered once the forward is done. A tied embedding stays
+    // gathered for the step.
+    const auto& u = stage.unit_params;
+    const int64_t n = int64_t(u.size());
+    const double copy = options.gpu ? 1.0 : 1.0 + kGlooGatherCopy;
+    auto at = [&](int64_t i) { return i >= 0 && i < n ? double(u[size_t(i)]) : 0.0; };
+    auto upto = [&](int64_t i) { return std::accumulate(u.begin(), u.begin() + std::clamp<int64_t>(i + 1, 0, n), 0.0); };
+    const double all = upto(n - 1), pinned = double(stage.pinned_params);
+    const bool keep_all = mesh.pp > 1;  // the stage's units stay gathered for all micro-batches
+    const bool reshard = options.reshard_after_forward;
+    const int64_t offset = stage.first ? 1 : 0;  // position of the first decoder layer among the units
+    zero3_extra = [=](ChunkRun::Phase phase, int64_t k) {
+      if (keep_all) return e * (all + pinned);
+      int64_t p = 0;
+      switch (phase) {
+        case ChunkRun::PreForward: case ChunkRun::PreBackward: p = 0; break;
+        case ChunkRun::LayerForward: case ChunkRun::LayerBackward: p = offset + k; break;
+        case ChunkRun::HeadForward: case ChunkRun::HeadBackward: p = n - 1; break;
+      }
+      double g = 0;
+      switch (phase) {
+        case ChunkRun::PreForward: case ChunkRun::LayerForward:
+          g = (reshard ? at(p) : upto(p)) + copy * at(p + 1);  // the next unit prefetched
+          break;
+        case ChunkRun::HeadForward: case ChunkRun::HeadBackward:
+          g = reshard ? at(p) : all;
+          break;
+        case ChunkRun::LayerBackward: case ChunkRun::PreBackward:
+          g = reshard ? at(p) + copy * at(p - 1) : upto(p);  // the previous unit prefetched
+          break;
+      }
+      return e * (g + pinned);
+    };
+    for (int64_t i = 0; i < n; ++i) sm.zero3_gathered = std::max(sm.zero3_gathered, zero3_extra(ChunkRun::LayerForward, i - offset));
+  }
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
   sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers + sm.comm_buffers +
                     sm.cublas_workspace;
@@ -146,7 +200,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const int64_t* begin = stage.layers.data() + v * per_chunk;
     const bool first_chunk = stage.first && v == 0;
     const bool last_chunk = stage.last && v == mesh.vpp - 1;
-    const ChunkRun run = run_chunk(model, job, begin, begin + per_chunk, first_chunk, last_chunk);
+    const ChunkRun run = run_chunk(model, job, begin, begin + per_chunk, first_chunk, last_chunk, zero3_extra);
     held_total += run.held;
     if (v == 0 || run.peak >= highest.peak) highest = run;
   }
@@ -169,6 +223,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   if (!options.gpu && sharded_optimizer && zero < 2) sm.reduction_transient = sm.gradients;
 
   // --- the peak: during some micro-batch, or after backward (reduction, norm, optimizer step) ---
+  // (The micro-batch's peak includes ZeRO-3's gathered parameters at that moment.)
   const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak + sm.zero2_full_buckets;
   const double after_backward = sm.reduction_transient + sm.optimizer_step_transient;
   if (after_backward > during_microbatch) {

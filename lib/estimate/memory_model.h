@@ -40,7 +40,8 @@ struct StageMemory {
   std::string microbatch_peak_at;
   double optimizer_step_transient = 0;     // fp32 gradient copies of AdamW's master-weight update
   double reduction_transient = 0;          // CPU (Gloo): bucket copies of the emulated reduce-scatter
-  double zero2_full_buckets = 0;           // ZeRO-2: full-size gradient buckets during backward
+  double zero2_full_buckets = 0;           // ZeRO-2 and 3: full-size gradient buckets during backward
+  double zero3_gathered = 0;               // ZeRO-3: gathered parameters at their height (with Gloo's copies on the CPU)
   // The result.
   double peak_allocated = 0;
   std::string peak_phase;
@@ -52,7 +53,8 @@ struct MemoryOptions {
   parallel::ScheduleKind schedule = parallel::ScheduleKind::OneFOneB;
   int64_t zero = 0;
   double grad_bucket_bytes = 40.0 * 1024 * 1024;
-  bool accumulate_unsharded = false;  // parallel.zero_accumulate_unsharded (ZeRO-2)
+  bool accumulate_unsharded = false;  // parallel.zero_accumulate_unsharded (ZeRO-2 and 3)
+  bool reshard_after_forward = true;  // parallel.zero3_reshard_after_forward
   // Bytes per gradient element in the gradient buffers: 4 (fp32, the default for every dtype) or
   // the parameter dtype's (parallel.grad_reduce_dtype bf16).
   double grad_bytes = 4;

@@ -40,7 +40,7 @@ json stage_json(const StageMemory& s) {
         {"logits_and_loss_peak", s.logits_and_loss_peak},
         {"optimizer_step_transient", s.optimizer_step_transient},
         {"reduction_transient", s.reduction_transient},
-        {"zero2_full_buckets", s.zero2_full_buckets}}},
+        {"zero2_full_buckets", s.zero2_full_buckets}, {"zero3_gathered", s.zero3_gathered}}},
   };
 }
 
@@ -209,6 +209,8 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
     line(fmt::format("  worst-case MoE routing (all tokens to one rank's experts): {}", format_bytes(e.peak_bytes_worst_routing)));
   if (w.zero2_full_buckets > 0)
     line(fmt::format("  included during micro-batches: ZeRO-2 full-size gradient buckets {}", format_bytes(w.zero2_full_buckets)));
+  if (w.zero3_gathered > 0)
+    line(fmt::format("  ZeRO-3 gathered parameters at their height {} (in the micro-batch peak)", format_bytes(w.zero3_gathered)));
   if (w.comm_buffers > 0 || w.cublas_workspace > 0)
     line(fmt::format("  included: communication buffers {}, cuBLAS workspace {}", format_bytes(w.comm_buffers),
                      format_bytes(w.cublas_workspace)));

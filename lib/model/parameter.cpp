@@ -1,5 +1,7 @@
 #include "model/parameter.h"
 
+#include "model/tensor_storage.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -94,12 +96,34 @@ at::Tensor global_initial_value(uint64_t seed, const std::string& name, const st
 Parameter& ParameterSet::create(const std::string& name, std::vector<int64_t> global_shape, InitKind init,
                                 std::vector<ShardSpec> shards, bool weight_decay) {
   if (find(name)) throw std::logic_error(fmt::format("parameter {} registered twice", name));
-  at::Tensor value = global_initial_value(options_.seed, name, global_shape, init, options_.init_std);
+  std::vector<int64_t> local_shape = global_shape;
   for (const auto& s : shards) {
     if (s.dim < 0 || s.dim >= int64_t(global_shape.size()) || s.offset < 0 || s.length < (s.padding > 0 ? 0 : 1) ||
         s.offset + s.length > global_shape[size_t(s.dim)] || s.padding < 0 || (s.padding > 0 && s.dim != 0))
       throw std::logic_error(fmt::format("parameter {}: shard [{}, {}) along dimension {} is outside its shape", name,
                                          s.offset, s.offset + s.length, s.dim));
+    local_shape[size_t(s.dim)] = s.length + s.padding;
+  }
+  Parameter p;
+  p.name = name;
+  p.global_shape = std::move(global_shape);
+  p.shards = std::move(shards);
+  p.weight_decay = weight_decay;
+  p.init = init;
+  if (options_.deferred) {
+    p.tensor = at::empty(local_shape, at::TensorOptions().dtype(options_.dtype).device(options_.device));
+    release_storage(p.tensor);
+    p.tensor.requires_grad_(true);
+  } else {
+    p.tensor = initial_value(p).requires_grad_(true);
+  }
+  parameters_.push_back(std::move(p));
+  return parameters_.back();
+}
+
+at::Tensor ParameterSet::initial_value(const Parameter& p) const {
+  at::Tensor value = global_initial_value(options_.seed, p.name, p.global_shape, p.init, options_.init_std);
+  for (const auto& s : p.shards) {
     value = value.narrow(s.dim, s.offset, s.length);
     if (s.padding > 0) {
       std::vector<int64_t> zeros = value.sizes().vec();
@@ -109,16 +133,8 @@ Parameter& ParameterSet::create(const std::string& name, std::vector<int64_t> gl
   }
   // A slice along dimension 0 is a contiguous view that would keep the whole global tensor alive:
   // copy it, so a rank holds only its slice.
-  if (!shards.empty()) value = value.clone(at::MemoryFormat::Contiguous);
-  value = value.contiguous().to(options_.device, options_.dtype).detach().requires_grad_(true);
-  Parameter p;
-  p.name = name;
-  p.global_shape = std::move(global_shape);
-  p.shards = std::move(shards);
-  p.tensor = value;
-  p.weight_decay = weight_decay;
-  parameters_.push_back(std::move(p));
-  return parameters_.back();
+  if (!p.shards.empty()) value = value.clone(at::MemoryFormat::Contiguous);
+  return value.contiguous().to(options_.device, options_.dtype).detach();
 }
 
 const Parameter* ParameterSet::find(const std::string& name) const {

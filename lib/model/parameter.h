@@ -22,6 +22,8 @@ namespace trainer::model {
 // follow the real ones in the local tensor (a padded vocabulary; dimension 0 only): they are not
 // part of the global tensor, so checkpoints and exports never see them. A rank may hold padding
 // only (length 0).
+enum class InitKind { Normal, Ones, Zeros };
+
 struct ShardSpec {
   int64_t dim = 0;
   int64_t offset = 0;
@@ -37,14 +39,13 @@ struct ShardSpec {
   static ShardSpec padded(int64_t extent, int64_t padded_extent, int64_t rank, int64_t size, mesh::GroupKind group);
 };
 
-enum class InitKind { Normal, Ones, Zeros };
-
 struct Parameter {
   std::string name;                   // global name, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> global_shape;
   std::vector<ShardSpec> shards;      // empty: this rank holds the whole tensor
   at::Tensor tensor;                  // the local slice: a leaf that requires grad, in the model dtype
   bool weight_decay = true;           // false for norms (and biases)
+  InitKind init = InitKind::Normal;   // how its initial value is drawn (ParameterSet::initial_value)
   // The ranks its gradient is summed over: dp x cp for dense weights, edp for experts (tp x dp x
   // cp for sequence-parallel norm weights).
   mesh::GroupKind grad_group = mesh::GroupKind::DpCp;
@@ -102,6 +103,10 @@ struct ParameterOptions {
   double init_std = 0.02;
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Parameters get their shape but no memory (model/tensor_storage.h): whoever places them (ZeRO-3's
+  // buckets) writes initial_value() into their final storage, so the whole model never exists at
+  // once on a rank.
+  bool deferred = false;
 };
 
 class ParameterSet {
@@ -116,6 +121,8 @@ class ParameterSet {
 
   std::deque<Parameter>& all() { return parameters_; }
   Parameter* find(const std::string& name);
+  // The initial value of p's local slice (padding rows zero), in the model's dtype and device.
+  at::Tensor initial_value(const Parameter& p) const;
   const std::deque<Parameter>& all() const { return parameters_; }
   const Parameter* find(const std::string& name) const;
   const ParameterOptions& options() const { return options_; }

@@ -55,7 +55,8 @@ std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, con
 
 Transformer::Transformer(const ModelOptions& options)
     : options_(options),
-      params_(ParameterOptions{options.seed, options.config.initializer_range, options.dtype, options.device}) {
+      params_(ParameterOptions{options.seed, options.config.initializer_range, options.dtype, options.device,
+                               options.deferred_parameters}) {
   const auto& c = options.config;
   chunks_ = options.chunks;
   if (chunks_.empty()) chunks_.push_back(ChunkLayout{0, c.num_hidden_layers, true, true});

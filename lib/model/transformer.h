@@ -44,6 +44,7 @@ struct ModelOptions {
   c10::ScalarType dtype = c10::ScalarType::Float;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   Recompute recompute = Recompute::None;
+  bool deferred_parameters = false;  // ParameterOptions::deferred
   TensorParallel tp;
   ContextParallel cp;
   ExpertParallel ep;

@@ -28,6 +28,7 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
                            ? params.front().tensor.scalar_type()
                            : at::kFloat;
   if (!params.empty() && params.front().tensor.scalar_type() == at::kDouble) options.grad_dtype = at::kDouble;
+  options.initial_value = [&set = model.parameters()](const model::Parameter& p) { return set.initial_value(p); };
   buckets_ = std::make_unique<parallel::GradBuckets>(params, groups, options);
   std::optional<parallel::Zero3Options> zero3;
   if (options.sharded && recipe.parallel.zero >= 3) {
@@ -53,6 +54,11 @@ const parallel::OverlapStats* OptimizerDriver::overlap() const {
       return &overlap_;
     }
   return nullptr;
+}
+
+std::function<void(model::Parameter&, const at::Tensor&)> OptimizerDriver::parameter_writer() {
+  if (!unit_gathers()) return nullptr;
+  return [this](model::Parameter& p, const at::Tensor& slice) { zero1_->load_parameter(p, slice); };
 }
 
 parallel::UnitGathers* OptimizerDriver::unit_gathers() { return zero1_ ? zero1_->unit_gathers() : nullptr; }

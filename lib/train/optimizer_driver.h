@@ -53,6 +53,9 @@ class OptimizerDriver {
   // ZeRO-3: the parameters for a checkpoint, from this rank's shards (capture_training_state);
   // empty otherwise (the parameters themselves are saved).
   std::vector<checkpoint::TensorRecord> parameter_records() const;
+  // Where loaded parameters go (restore_model, load_hf_weights): ZeRO-3's shards; null otherwise
+  // (into the parameters).
+  std::function<void(model::Parameter&, const at::Tensor&)> parameter_writer();
   // ZeRO-3's unit gathers, or null.
   parallel::UnitGathers* unit_gathers();
   std::string describe() const;

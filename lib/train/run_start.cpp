@@ -40,7 +40,7 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
   const auto path = resume_path(r);
   if (!path) {
     if (r.model.init_from) {
-      const int64_t count = load_hf_weights(*r.model.init_from, model);
+      const int64_t count = load_hf_weights(*r.model.init_from, model, optimizer.parameter_writer());
       optimizer.refresh_master_weights();  // the fp32 masters were taken from the initial values
       say(fmt::format("initialised {} parameters from Hugging Face weights in {}", count, *r.model.init_from));
     }
@@ -59,7 +59,7 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
     start.finished = done;
     return start;
   }
-  start.progress = restore_model(checkpoint, model);
+  start.progress = restore_model(checkpoint, model, optimizer.parameter_writer());
   optimizer.load_state(optimizer_state_reader(checkpoint),
                        checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
   if (model::RoutingBias* bias = model.routing_bias()) {

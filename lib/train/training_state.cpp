@@ -59,10 +59,11 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
     content.mesh = {{"world_size", recipe.mesh->world_size}, {"tp", recipe.mesh->tp}, {"cp", recipe.mesh->cp},
                     {"dp", recipe.mesh->dp}, {"pp", recipe.mesh->pp}, {"ep", recipe.mesh->ep},
                     {"zero", recipe.recipe.parallel.zero}};
+  const bool given = !parameter_records.empty();  // by the optimizer (ZeRO-3)
   std::vector<checkpoint::TensorRecord> records = std::move(parameter_records);
   const mesh::RankLayout& layout = groups.layout();
   for (const auto& p : model.parameters().all()) {
-    if (!records.empty()) break;  // given by the optimizer
+    if (given) break;
     if (p.real_numel() == 0) continue;  // padding rows only (a vocabulary padded past its last id)
     auto record = checkpoint::TensorRecord::slice(p.name, p.real_part(p.tensor.detach()), p.global_shape, p.offsets());
     const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);
@@ -94,7 +95,17 @@ bool on_another_expert_rank(const std::string& name, const model::Transformer& m
 }
 }  // namespace
 
-Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model) {
+namespace {
+void write_parameter(const ParameterWriter& write, model::Parameter& p, const at::Tensor& real_slice) {
+  if (write)
+    write(p, real_slice);
+  else if (p.real_numel() > 0)
+    p.real_part(p.tensor.detach()).copy_(real_slice);
+}
+}  // namespace
+
+Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model,
+                       const ParameterWriter& write) {
   at::NoGradGuard no_grad;
   // Weights of the checkpoint that this model has no parameter for: another model (more layers,
   // an untied head, experts); resuming would silently drop them.
@@ -117,7 +128,7 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
     if (stored != p.global_shape)
       throw UserError(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint but [{}] in this model",
                                   loaded.path(), p.name, fmt::join(stored, ", "), fmt::join(p.global_shape, ", ")));
-    if (p.real_numel() > 0) p.real_part(p.tensor.detach()).copy_(loaded.read(p.name, p.offsets(), p.real_sizes()));
+    if (p.real_numel() > 0) write_parameter(write, p, loaded.read(p.name, p.offsets(), p.real_sizes()));
   }
   if (loaded.contains("rng.cpu")) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -126,7 +137,7 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
   return Progress{loaded.step(), loaded.consumed_samples()};
 }
 
-int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write) {
   std::map<std::string, at::Tensor> weights;
   checkpoint::read_hf_weights(dir, [&](const std::string& name, const at::Tensor& t) { weights[name] = t; });
   at::NoGradGuard no_grad;
@@ -153,7 +164,7 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model) {
     const auto offsets = p.offsets();
     const auto sizes = p.real_sizes();
     for (size_t d = 0; d < offsets.size(); ++d) slice = slice.narrow(int64_t(d), offsets[d], sizes[d]);
-    p.real_part(p.tensor.detach()).copy_(slice);
+    write_parameter(write, p, slice);
     ++count;
   }
   return count;

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 // What a checkpoint holds for training to continue exactly: parameters and optimizer state by
 // global name (with global shapes and slice offsets), the step, the data position and the RNG.
 #include <map>
@@ -29,14 +30,19 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
                                                      const Progress& progress, const mesh::ProcessGroups& groups,
                                                      std::vector<checkpoint::TensorRecord> parameter_records = {});
 
+// Where a loaded parameter slice (this rank's, without padding rows) goes: null writes it into
+// the parameter; ZeRO-3 writes it into its shards (OptimizerDriver::parameter_writer).
+using ParameterWriter = std::function<void(model::Parameter&, const at::Tensor& real_slice)>;
+
 // Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
 // A tensor missing from the checkpoint or of another global shape is a UserError naming both.
-Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model);
+Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model,
+                       const ParameterWriter& write = nullptr);
 
 // Initialises the parameters (this rank's slices) from Hugging Face weights in `dir`
 // (model.init_from); returns how many were loaded. A missing tensor or another shape is a
 // UserError naming the directory and the tensor.
-int64_t load_hf_weights(const std::string& dir, model::Transformer& model);
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write = nullptr);
 
 // Reads optimizer tensors from `loaded` for OptimizerDriver::load_state (one slice at a time).
 parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded);

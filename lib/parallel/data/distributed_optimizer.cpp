@@ -39,7 +39,8 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
   for (size_t b = 0; b < all.size(); ++b) {
     auto& bucket = all[b];
     const int64_t lo = GradBuckets::shard_begin(bucket), n = GradBuckets::shard_numel(bucket), hi = lo + n;
-    const at::Tensor master = bucket.values.narrow(0, lo, n).to(at::kFloat).clone();
+    const at::Tensor mine = bucket.shard_values.defined() ? bucket.shard_values : bucket.values.narrow(0, lo, n);
+    const at::Tensor master = mine.to(at::kFloat).clone();
     shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
     for (size_t i = 0; i < bucket.params.size(); ++i) {
       const int64_t begin = bucket.offsets[i], end = begin + params_[bucket.params[i]].tensor.numel();
@@ -123,9 +124,10 @@ void DistributedOptimizer::wait_unit(int64_t unit) {
 void DistributedOptimizer::refresh_master_weights() {
   at::NoGradGuard no_grad;
   auto& all = buckets_.buckets();
-  if (unit_gathers_) unit_gathers_->refresh_shards();  // throws when the parameters are released
   for (size_t b = 0; b < all.size(); ++b)
-    shards_[b][kMaster].copy_(all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
+    shards_[b][kMaster].copy_(all[b].shard_values.defined()
+                                  ? all[b].shard_values
+                                  : all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
 }
 
 void DistributedOptimizer::add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
@@ -143,6 +145,21 @@ void DistributedOptimizer::add_fragment_records(const std::string& prefix, const
                                                  p.global_shape, p.offsets(), p.real_sizes(), fr.param_offset));
     if (holders.count > 1) out.back().replicated = holders;
   }
+}
+
+void DistributedOptimizer::load_parameter(const model::Parameter& p, const at::Tensor& real_slice) {
+  at::NoGradGuard no_grad;
+  size_t index = 0;
+  while (index < params_.size() && &params_[index] != &p) ++index;  // a deque: no pointer arithmetic
+  if (index == params_.size()) throw std::logic_error("load_parameter: " + p.name + " is not a parameter of this model");
+  // The local slice with its padding rows (zeros), flat, as the bucket lays it out.
+  at::Tensor local = at::zeros(p.tensor.sizes(), real_slice.options().dtype(p.tensor.scalar_type()));
+  if (p.real_numel() > 0) p.real_part(local).copy_(real_slice);
+  const at::Tensor flat = local.reshape({-1});
+  for (const Fragment& fr : fragments_)
+    if (fr.param == index)
+      buckets_.buckets()[fr.bucket].shard_values.narrow(0, fr.shard_offset, fr.length)
+          .copy_(flat.narrow(0, fr.param_offset, fr.length));
 }
 
 std::vector<checkpoint::TensorRecord> DistributedOptimizer::parameter_records() const {
@@ -174,13 +191,17 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
 
 void DistributedOptimizer::load_state(const StateReader& read) {
   at::NoGradGuard no_grad;
-  if (unit_gathers_) unit_gathers_->refresh_shards();  // the parameters were loaded whole
   for (size_t f = 0; f < fragments_.size(); ++f) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];
     const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);  // the rest: padding, zeros
     for (int k = 0; length > 0 && k < 3; ++k) {
       const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.real_sizes());
+      if (!stored && k == kMaster && unit_gathers_) {  // ZeRO-3: the parameters' shard (loaded before)
+        const auto& values = buckets_.buckets()[fr.bucket].shard_values;
+        shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(values.narrow(0, fr.shard_offset, length));
+        continue;
+      }
       const at::Tensor source = stored ? *stored : (k == kMaster ? p.real_part(p.tensor.detach()) : at::Tensor());
       if (!source.defined()) continue;
       shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, length));

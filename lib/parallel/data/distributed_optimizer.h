@@ -58,6 +58,9 @@ class DistributedOptimizer {
   // Copies this rank's shard of the parameters into the fp32 master weights (after loading them;
   // under ZeRO-3 before the first step, while the parameters are still whole).
   void refresh_master_weights();
+  // ZeRO-3: writes a parameter's local slice (without padding rows, as checkpoints hold it) into
+  // this rank's shard; refresh_master_weights() after the last one.
+  void load_parameter(const model::Parameter& p, const at::Tensor& real_slice);
   // ZeRO-3, or null: where parameters are gathered and released.
   UnitGathers* unit_gathers() { return unit_gathers_.get(); }
   // ZeRO-3: this rank's part of the parameters for a checkpoint, as flat ranges of each

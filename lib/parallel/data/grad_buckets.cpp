@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "model/tensor_storage.h"
 #include "parallel/data/replicas.h"
 
 namespace trainer::parallel {
@@ -103,7 +104,12 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
       if (options.sharded) {
         // Move the parameter into the bucket's storage; layers hold the same tensor, so they see it.
         at::Tensor view = bucket.values.narrow(0, bucket.offsets[i], numel).view(p.tensor.sizes());
-        view.copy_(p.tensor.detach());
+        if (model::has_storage(p.tensor))
+          view.copy_(p.tensor.detach());
+        else if (options.initial_value)
+          view.copy_(options.initial_value(p));
+        else
+          throw std::logic_error("parameter " + p.name + " has no values and no initialiser");
         p.tensor.set_data(view);
       }
       if (bucket.sharded_grads)
@@ -116,6 +122,11 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
       counted_[bucket.params[i]] =
           options.sharded ? shard_replicas(layout, rank, p, bucket.group).first() : replicas.first();
       if (int64_t(replicas.ranks.size()) != layout.world_size() || (options.sharded && n > 1)) norm_is_local_ = false;
+    }
+    if (options.sharded && options.per_unit) {
+      // ZeRO-3: only the shard stays; the next forward gathers the rest.
+      bucket.shard_values = bucket.values.narrow(0, shard_begin(bucket), shard_numel(bucket)).clone();
+      model::release_storage(bucket.values);
     }
   }
   if (norm_is_local_) counted_.assign(params.size(), true);

@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,7 +59,12 @@ struct BucketOptions {
   c10::ScalarType grad_dtype = c10::ScalarType::Float;   // of the gradient buffers
   bool shard_gradients = false;                          // ZeRO-2 (needs sharded)
   bool accumulate_unsharded = false;                     // ZeRO-2: one reduction per step, not per micro-batch
-  bool per_unit = false;  // ZeRO-3: a bucket holds parameters of one forward unit (model::Parameter::unit)
+  // ZeRO-3 (needs sharded): a bucket holds parameters of one forward unit (model::Parameter::unit);
+  // each bucket keeps this rank's shard of its parameters (Bucket::shard_values) and its full
+  // values are released as soon as they are filled.
+  bool per_unit = false;
+  // The initial values of parameters created without storage (model::ParameterOptions::deferred).
+  std::function<at::Tensor(const model::Parameter&)> initial_value;
 };
 
 class GradBuckets {
@@ -76,7 +82,8 @@ class GradBuckets {
     int64_t padded_numel = 0;      // a multiple of the group size when sharded
     int64_t expected = 0;          // gradient contributions per micro-batch (the parameters' uses)
     at::Tensor grads;              // [padded_numel] in the gradient dtype (ZeRO-2: only while accumulating)
-    at::Tensor values;             // [padded_numel] parameter storage (sharded only)
+    at::Tensor values;             // [padded_numel] parameter storage (sharded only; ZeRO-3: only while gathered)
+    at::Tensor shard_values;       // ZeRO-3: this rank's shard of `values`, kept for the whole run
     // ZeRO-2 (sharded gradients, group of more than one rank): the reduced shard [padded_numel / n].
     bool sharded_grads = false;
     at::Tensor shard_grads;

@@ -1,8 +1,9 @@
 #include "parallel/data/unit_gathers.h"
 
+#include "model/tensor_storage.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/core/StorageImpl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,24 +12,6 @@
 
 namespace trainer::parallel {
 
-namespace {
-
-// Gives a tensor's storage back to its allocator; views of it keep their shapes (and must not be
-// read until allocate_storage).
-void free_storage(const at::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
-
-void allocate_storage(const at::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  const size_t bytes = size_t(t.numel()) * t.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
-}  // namespace
 
 UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options)
     : buckets_(buckets), set_(set), options_(options) {
@@ -38,10 +21,8 @@ UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Z
   slots_.resize(all.size());
   for (size_t b = 0; b < all.size(); ++b) {
     const auto& bucket = all[b];
-    if (!bucket.values.defined() || bucket.values.storage().use_count() < 1)
-      throw std::logic_error("ZeRO-3 needs the parameters in their buckets' buffers (GradBuckets with sharded buckets)");
-    shards_.push_back(
-        bucket.values.narrow(0, GradBuckets::shard_begin(bucket), GradBuckets::shard_numel(bucket)).clone());
+    if (!bucket.shard_values.defined())
+      throw std::logic_error("ZeRO-3 needs buckets that keep their parameters' shard (BucketOptions::per_unit)");
     int64_t unit = -1;
     for (size_t p : bucket.params) {
       if (unit >= 0 && params[p].unit != unit)
@@ -90,12 +71,12 @@ void UnitGathers::gather(int64_t unit) {
     Slot& slot = slots_[b];
     if (slot.state != State::Released) continue;
     auto& bucket = all[b];
-    allocate_storage(bucket.values);
+    model::allocate_storage(bucket.values);
     if (bucket.comm->size() == 1) {
-      bucket.values.copy_(shards_[b]);
+      bucket.values.copy_(bucket.shard_values);
       slot.state = State::Gathered;
     } else {
-      slot.work = bucket.comm->all_gather(bucket.values, shards_[b]);
+      slot.work = bucket.comm->all_gather(bucket.values, bucket.shard_values);
       slot.state = State::Gathering;
     }
     ++gathers_issued_;
@@ -124,7 +105,7 @@ void UnitGathers::release(int64_t unit) {
   for (size_t b : it->second) {
     if (slots_[b].pinned || slots_[b].state == State::Released) continue;
     wait_slot(b);  // a prefetch still writing into the buffer
-    free_storage(buckets_.buckets()[b].values);
+    model::release_storage(buckets_.buckets()[b].values);
     slots_[b].state = State::Released;
   }
 }
@@ -133,21 +114,9 @@ void UnitGathers::release_all() {
   for (size_t b = 0; b < slots_.size(); ++b) {
     if (slots_[b].state == State::Released) continue;
     wait_slot(b);
-    free_storage(buckets_.buckets()[b].values);
+    model::release_storage(buckets_.buckets()[b].values);
     slots_[b].state = State::Released;
   }
-}
-
-bool UnitGathers::all_gathered() const {
-  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == State::Gathered; });
-}
-
-void UnitGathers::refresh_shards() {
-  if (!all_gathered()) throw std::logic_error("ZeRO-3: the parameters were read while released");
-  at::NoGradGuard no_grad;
-  auto& all = buckets_.buckets();
-  for (size_t b = 0; b < all.size(); ++b)
-    shards_[b].copy_(all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
 }
 
 void UnitGathers::before_forward(int64_t unit) {

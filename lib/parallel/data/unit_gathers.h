@@ -39,8 +39,7 @@ struct Zero3Options {
 
 class UnitGathers {
  public:
-  // The buckets' `values` hold every parameter at construction: they stay gathered (the state a
-  // checkpoint or Hugging Face weights are loaded into) until release_all().
+  // Every bucket starts released (GradBuckets keeps only the shards under ZeRO-3).
   UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options);
   ~UnitGathers();
   UnitGathers(const UnitGathers&) = delete;
@@ -48,13 +47,9 @@ class UnitGathers {
 
   // This rank's shard of a bucket's parameters in the model dtype, the input of its all-gathers:
   // the optimizer writes each update here.
-  at::Tensor& shard(size_t bucket) { return shards_[bucket]; }
-  // Copies the gathered parameters into the shards (after loading into the full parameters).
-  void refresh_shards();
+  at::Tensor& shard(size_t bucket) { return buckets_.buckets()[bucket].shard_values; }
   // Waits for every gather in flight and frees every bucket's full values.
   void release_all();
-  // Whether every bucket holds its full values now.
-  bool all_gathered() const;
   // After a micro-batch's backward of a model chunk: frees the chunk's units (reshard_after_backward).
   void end_backward(int64_t chunk);
   // Seconds spent waiting for gathers since the last call.
@@ -64,7 +59,7 @@ class UnitGathers {
  private:
   enum class State { Released, Gathering, Gathered };
   struct Slot {
-    State state = State::Gathered;
+    State state = State::Released;
     std::unique_ptr<comm::Work> work;
     bool pinned = false;  // holds a weight two units use: released by release_all() only
   };
@@ -83,7 +78,6 @@ class UnitGathers {
   GradBuckets& buckets_;
   model::ParameterSet& set_;
   Zero3Options options_;
-  std::vector<at::Tensor> shards_;
   std::vector<Slot> slots_;
   std::map<int64_t, std::vector<size_t>> unit_buckets_;  // per unit: its buckets
   std::map<int64_t, std::vector<int64_t>> chunk_units_;  // per model chunk: its units
