@@ -110,14 +110,14 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
           collective_seconds(CommKind::ReduceScatter, g * double(stage.params.dense), dense_group, gpu) +
           collective_seconds(CommKind::ReduceScatter, g * double(stage.params.expert), placement.edp, gpu);
       const bool per_microbatch_gathers = mesh.pp == 1;
-      const double gathers = per_microbatch_gathers ? double(m) * (p.zero3_reshard_after_forward ? 2.0 : 1.0) : 1.0;
-      const double reductions = p.zero_accumulate_unsharded ? 1.0 : double(m);
+      const double gathers = per_microbatch_gathers ? double(m) * (p.reshard_after_forward() ? 2.0 : 1.0) : 1.0;
+      const double reductions = p.accumulate_unsharded() ? 1.0 : double(m);
       tb.dp_comm_s = gather * gathers + reduce * reductions;
       // Exposed: what the computation does not cover, and the first unit of each gathering pass
       // (nothing runs before it), about gather / units.
       const double units = double(std::max<size_t>(1, stage.unit_params.size()));
       const double passes = gathers;
-      const double per_pass_compute = per_microbatch_gathers ? compute_mb / (p.zero3_reshard_after_forward ? 2.0 : 1.0)
+      const double per_pass_compute = per_microbatch_gathers ? compute_mb / (p.reshard_after_forward() ? 2.0 : 1.0)
                                                              : compute_mb * double(m);
       tb.param_gather_s = passes * (std::max(0.0, gather - per_pass_compute) + gather / units);
       tb.dp_exposed_s = reductions * std::max(0.0, reduce - st.backward.total()) + reduce / units;
@@ -137,7 +137,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       const double per_reduction = collective_seconds(kind, dense_grad_bytes, dense_group, gpu) +
                                    collective_seconds(kind, expert_grad_bytes, placement.edp, gpu);
       // ZeRO-2 reduce-scatters every micro-batch (unless accumulating unsharded); the others once.
-      const bool every_microbatch = p.zero == 2 && !p.zero_accumulate_unsharded;
+      const bool every_microbatch = p.zero == 2 && !p.accumulate_unsharded();
       const double reductions = every_microbatch ? double(m) : 1.0;
       tb.dp_comm_s = per_reduction * reductions;
       // Buckets reduce during a micro-batch's backward; the last bucket is always exposed.
@@ -224,8 +224,8 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.schedule = parallel::parse_schedule_kind(recipe.parallel.pipeline_schedule);
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
-  memory.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
-  memory.reshard_after_forward = recipe.parallel.zero3_reshard_after_forward;
+  memory.accumulate_unsharded = recipe.parallel.accumulate_unsharded();
+  memory.reshard_after_forward = recipe.parallel.reshard_after_forward();
   memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;

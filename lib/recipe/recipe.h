@@ -78,13 +78,16 @@ struct ParallelConfig {
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;
   // ZeRO-2/3: accumulate full gradients over micro-batches and reduce-scatter once per step
-  // (false: every micro-batch reduce-scatters into the shard). Null in the recipe: true for ZeRO-3
-  // under pipeline parallelism, false otherwise.
-  bool zero_accumulate_unsharded = false;
+  // (false: every micro-batch reduce-scatters into the shard). Unset: accumulate_unsharded().
+  std::optional<bool> zero_accumulate_unsharded;
   // ZeRO-3: free each layer's gathered parameters after its forward and gather them again for its
-  // backward (false: keep them from forward to backward). Null in the recipe: true without
-  // pipeline parallelism, false with it (torchtitan's defaults).
-  bool zero3_reshard_after_forward = true;
+  // backward (false: keep them from forward to backward). Unset: reshard_after_forward().
+  std::optional<bool> zero3_reshard_after_forward;
+  // The settings above with their defaults, which follow the mesh (torchtitan's): under pipeline
+  // parallelism ZeRO-3 keeps a stage's parameters and reduces once per step; otherwise it reshards
+  // after forward and every micro-batch reduce-scatters.
+  bool accumulate_unsharded() const { return zero_accumulate_unsharded.value_or(zero == 3 && pp > 1); }
+  bool reshard_after_forward() const { return zero3_reshard_after_forward.value_or(pp == 1); }
   // Hybrid sharding: ZeRO shards dense weights over groups of dp_shard data-parallel ranks (x cp),
   // normally inside a node, and replicates across the groups; -1: over all of dp.
   int64_t dp_shard = -1;

@@ -131,9 +131,8 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.cp_method = get<std::string>(d, "parallel.cp_method");
   p.grad_bucket_mb = get<double>(d, "parallel.grad_bucket_mb");
   p.overlap_grad_reduce = get<bool>(d, "parallel.overlap_grad_reduce");
-  p.zero_accumulate_unsharded =
-      get_optional<bool>(d, "parallel.zero_accumulate_unsharded").value_or(p.zero == 3 && p.pp > 1);
-  p.zero3_reshard_after_forward = get_optional<bool>(d, "parallel.zero3_reshard_after_forward").value_or(p.pp == 1);
+  p.zero_accumulate_unsharded = get_optional<bool>(d, "parallel.zero_accumulate_unsharded");
+  p.zero3_reshard_after_forward = get_optional<bool>(d, "parallel.zero3_reshard_after_forward");
   p.dp_shard = get_int(d, "parallel.dp_shard");
   p.overlap_param_gather = get<bool>(d, "parallel.overlap_param_gather");
   p.grad_reduce_dtype = get<std::string>(d, "parallel.grad_reduce_dtype");
@@ -250,7 +249,7 @@ json recipe_to_json(const Recipe& r) {
         {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"pipeline_schedule", p.pipeline_schedule},
         {"pipeline_layout", p.pipeline_layout.empty() ? json(nullptr) : json(p.pipeline_layout)},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
-        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", p.zero_accumulate_unsharded}, {"zero3_reshard_after_forward", p.zero3_reshard_after_forward}, {"dp_shard", p.dp_shard}, {"overlap_param_gather", p.overlap_param_gather}, {"grad_reduce_dtype", p.grad_reduce_dtype},
+        {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", optional_json(p.zero_accumulate_unsharded)}, {"zero3_reshard_after_forward", optional_json(p.zero3_reshard_after_forward)}, {"dp_shard", p.dp_shard}, {"overlap_param_gather", p.overlap_param_gather}, {"grad_reduce_dtype", p.grad_reduce_dtype},
         {"collective_timeout_s", p.collective_timeout_s}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},

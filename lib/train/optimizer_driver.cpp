@@ -14,15 +14,15 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
     : model_(model),
       groups_(groups),
       zero_stage_(recipe.parallel.zero),
-      accumulate_unsharded_(recipe.parallel.zero_accumulate_unsharded),
-      reshard_after_forward_(recipe.parallel.zero3_reshard_after_forward) {
+      accumulate_unsharded_(recipe.parallel.accumulate_unsharded()),
+      reshard_after_forward_(recipe.parallel.reshard_after_forward()) {
   auto& params = model.parameters().all();
   parallel::BucketOptions options;
   options.bucket_bytes = int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024);
   options.overlap = recipe.parallel.overlap_grad_reduce;
   options.sharded = recipe.parallel.zero >= 1 && groups.get(mesh::GroupKind::DpCp).size() > 1;
   options.shard_gradients = recipe.parallel.zero >= 2;
-  options.accumulate_unsharded = recipe.parallel.zero_accumulate_unsharded;
+  options.accumulate_unsharded = recipe.parallel.accumulate_unsharded();
   options.per_unit = recipe.parallel.zero >= 3;
   options.grad_dtype = recipe.parallel.grad_reduce_dtype == "bf16" && !params.empty()
                            ? params.front().tensor.scalar_type()
@@ -33,7 +33,7 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
   std::optional<parallel::Zero3Options> zero3;
   if (options.sharded && recipe.parallel.zero >= 3) {
     zero3.emplace();
-    zero3->reshard_after_forward = recipe.parallel.zero3_reshard_after_forward;
+    zero3->reshard_after_forward = recipe.parallel.reshard_after_forward();
     // Under pipeline parallelism a stage's parameters stay gathered for all of its micro-batches
     // (torchtitan's default; the gradients are then reduced once, after the last one).
     zero3->reshard_after_backward = recipe.parallel.pp == 1;
