@@ -183,7 +183,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     for (int64_t i = 0; i < n; ++i) sm.zero3_gathered = std::max(sm.zero3_gathered, zero3_extra(ChunkRun::LayerForward, i - offset));
   }
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
-  sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers + sm.comm_buffers +
+  sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers +
                     sm.cublas_workspace;
 
   // --- activations: per layer, per micro-batch, in flight ------------------------------------

@@ -24,7 +24,6 @@ struct StageMemory {
   double gradients = 0;
   double optimizer_states = 0;     // fp32 master weights (bf16 training), Adam moments, step counters
   double model_buffers = 0;        // rotary inverse frequencies
-  double comm_buffers = 0;         // ZeRO-3 reduce-scatter buckets and parameter gathers
   double cublas_workspace = 0;     // GPU only
   double static_bytes = 0;         // the sum of the above
   // Activations.

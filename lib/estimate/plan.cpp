@@ -238,8 +238,8 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
   line(fmt::format("considered {} combination{} of tp, cp, pp, vpp, ep, etp, micro-batch, recompute and ZeRO: {} valid{}, "
                    "{} fit ({:.2f} s)",
                    result.considered, result.considered == 1 ? "" : "s", result.valid,
-                   result.not_runnable ? fmt::format(" ({} of them need ZeRO-3 for an MoE model, which this build's `trainer "
-                                                     "run` cannot train yet; --all shows them)",
+                   result.not_runnable ? fmt::format(" ({} of them need what this build's `trainer run` cannot train yet; --all "
+                                                     "shows them)",
                                                      result.not_runnable)
                                        : "",
                    result.fitting, result.seconds));

@@ -27,7 +27,6 @@ json stage_json(const StageMemory& s) {
         {"gradients", s.gradients},
         {"optimizer_states", s.optimizer_states},
         {"model_buffers", s.model_buffers},
-        {"comm_buffers", s.comm_buffers},
         {"cublas_workspace", s.cublas_workspace},
         {"activations_per_layer", {{"dense", s.activations_per_layer_dense}, {"moe", s.activations_per_layer_moe}}},
         {"activations_microbatch", s.activations_microbatch},
@@ -211,9 +210,7 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
     line(fmt::format("  included during micro-batches: ZeRO-2 full-size gradient buckets {}", format_bytes(w.zero2_full_buckets)));
   if (w.zero3_gathered > 0)
     line(fmt::format("  ZeRO-3 gathered parameters at their height {} (in the micro-batch peak)", format_bytes(w.zero3_gathered)));
-  if (w.comm_buffers > 0 || w.cublas_workspace > 0)
-    line(fmt::format("  included: communication buffers {}, cuBLAS workspace {}", format_bytes(w.comm_buffers),
-                     format_bytes(w.cublas_workspace)));
+  if (w.cublas_workspace > 0) line(fmt::format("  included: cuBLAS workspace {}", format_bytes(w.cublas_workspace)));
   if (c.gpu)
     line(fmt::format("  reserved {} (x{:.2f} fragmentation) + {} CUDA context, libraries, NCCL = {} of {}: {}",
                      format_bytes(e.reserved_bytes), c.gpu->fragmentation, format_bytes(c.gpu->framework_overhead_bytes),

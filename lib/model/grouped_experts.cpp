@@ -1,5 +1,7 @@
 #include "model/grouped_experts.h"
 
+#include "model/tensor_storage.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
@@ -178,6 +180,8 @@ GroupedExperts::GroupedExperts(ParameterSet& params, const std::string& prefix, 
     w3_.push_back(&params.create(name + "w3.weight", {intermediate, hidden}, InitKind::Normal, sharded(0)));
     w2_.push_back(&params.create(name + "w2.weight", {hidden, intermediate}, InitKind::Normal, sharded(1)));
   }
+  // Deferred parameters (ZeRO-3) have no values yet; their buckets place them.
+  if (!has_storage(w1_.front()->tensor)) return;
   at::NoGradGuard no_grad;
   for (auto* projection : {&w1_, &w3_, &w2_}) {
     std::vector<at::Tensor> each;

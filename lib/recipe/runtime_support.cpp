@@ -13,9 +13,6 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
   const auto& p = r.parallel;
   // Without experts etp means nothing: only its default (tp) or 1.
   if (!r.model.moe && p.etp != 1 && p.etp != p.tp) unsupported("etp", p.etp);
-  // ZeRO-3 gathers expert weights at unit boundaries on the edp groups, where routing decides
-  // when the expert gradients' reductions launch: their orders could differ between ranks.
-  if (p.zero > 2 && r.model.moe) unsupported("zero", p.zero);
   // Hybrid sharding covers dense weights; expert weights would need their own shard groups.
   if (r.model.moe && p.dp_shard != -1) unsupported("dp_shard", p.dp_shard);
 }
@@ -33,9 +30,6 @@ std::vector<std::string> runtime_support_problems(const Recipe& r) {
     if (name == "dp_shard")
       problems.push_back(fmt::format("parallel.dp_shard={}: hybrid sharding is implemented for dense models (expert "
                                      "weights would need shard groups of their own); use dp_shard -1", value));
-    else if (name == "zero")
-      problems.push_back(fmt::format("parallel.zero={}: ZeRO-3 is implemented for dense models (expert weights are "
-                                     "not gathered per layer yet); for this MoE model use zero 2", value));
     else
       problems.push_back(fmt::format("parallel.{}={}: not supported by this build; `trainer validate` and the "
                                      "estimator accept it", name, value));

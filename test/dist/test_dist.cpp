@@ -946,7 +946,7 @@ TEST_CASE("dist: ZeRO-2 reproduces the single-process loss curve at dp 2 3 and 4
   });
 }
 
-TEST_CASE("dist: ZeRO-3 reproduces the single-process loss curve at dp 2 3 and 4 - both accumulation modes - resharded or kept after forward - with tp sp pp recompute tied embeddings - and hybrid 2x2", "[dist][zero]") {
+TEST_CASE("dist: ZeRO-3 reproduces the single-process loss curve at dp 2 3 and 4 - both accumulation modes - resharded or kept after forward - with tp sp pp ep recompute tied embeddings - and hybrid 2x2", "[dist][zero]") {
   check_zero_cases(3, {
       {"dp2", kTiny, 2, "", ""},
       {"dp3", kTiny, 3, " --set training.micro_batch_size=2 --set training.global_batch_size=12", ""},
@@ -965,6 +965,12 @@ TEST_CASE("dist: ZeRO-3 reproduces the single-process loss curve at dp 2 3 and 4
       {"pp2 vpp2 dp2 interleaved", kTiny, 4, "",
        " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b"},
       {"dp4 hybrid 2x2", kTiny, 4, "", " --set parallel.dp_shard=2"},
+      // Experts gathered over edp per layer; each local expert contributes a gradient every
+      // micro-batch (zeros without tokens), so every rank launches the same collectives in order.
+      {"moe dp2", kTinyMoe, 2, "", ""},
+      {"moe ep2 edp2", kTinyMoe, 4, "", " --set parallel.ep=2"},
+      {"moe tp2 sp etp1", kTinyMoe, 4, "", " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.etp=1"},
+      {"moe pp2 ep2", kTinyMoe, 4, "", " --set parallel.pp=2 --set parallel.ep=2"},
   });
 }
 

@@ -131,7 +131,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (2 data-para
       {"parallel.zero=1", "training.recompute=full"},
       {"parallel.zero=1", "training.dtype=bf16", "training.recompute=full"},
   }, 2);
-  check_accuracy(kTinyMoe, {{"parallel.zero=1", "training.recompute=selective"}}, 2);
+  check_accuracy(kTinyMoe, {{"parallel.zero=1", "training.recompute=selective"}, {"parallel.zero=3"}}, 2);
 }
 
 TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 3 and hybrid at 4 ranks - parameter-heavy)", "[estimate]") {
@@ -207,6 +207,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE folded 
                      {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.etp=1",
                       "model.moe.num_shared_experts=1", "training.recompute=full"},
                      {"parallel.etp=2", "training.recompute=selective"},
+                     {"parallel.ep=2", "parallel.zero=3"},
                  },
                  2);
 }

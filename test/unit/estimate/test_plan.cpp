@@ -121,14 +121,15 @@ TEST_CASE("plan JSON lists the configurations with their overrides", "[estimate]
 }
 
 TEST_CASE("plan proposes only what this build's trainer run accepts unless asked for everything", "[estimate][plan]") {
-  // ZeRO-3 of an MoE model is what this build refuses.
+  // Everything the planner varies runs in this build (hybrid sharding of MoE models, which `run`
+  // refuses, is not among its choices): --all finds nothing more.
   const auto base = load("mixtral-8x7b.json");
   const auto& gpu = builtin_profile("h100-sxm");
   PlanOptions options;
   options.gpus = 64;
   options.top = 20;
   const auto runnable = plan_search(base.recipe, gpu, options);
-  CHECK(runnable.not_runnable > 0);
+  CHECK(runnable.not_runnable == 0);
   for (const auto& c : runnable.best) {
     INFO(fmt::format("{}", fmt::join(c.overrides, " ")));
     CHECK(trainer::recipe::runtime_support_problems(c.recipe).empty());
@@ -137,9 +138,9 @@ TEST_CASE("plan proposes only what this build's trainer run accepts unless asked
   options.runnable_only = false;
   const auto everything = plan_search(base.recipe, gpu, options);
   CHECK(everything.not_runnable == 0);
-  CHECK(everything.fitting > runnable.fitting);
+  CHECK(everything.fitting == runnable.fitting);
   const std::string text = plan_text(runnable, gpu, options, "mixtral-8x7b.json");
-  CHECK(text.find("need ZeRO-3 for an MoE model") != std::string::npos);
+  CHECK(text.find("cannot train yet") == std::string::npos);
 }
 
 TEST_CASE("plan names batch divisibility when no layout splits the global batch", "[estimate][plan]") {
