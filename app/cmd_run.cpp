@@ -1,7 +1,8 @@
-// trainer run RECIPE [--set K=V]... [--nproc-per-node N] [--dry-run] [--cpu]
+// trainer run RECIPE [--set K=V]... [--nproc-per-node N [--nnodes M --node-rank R]] [--dry-run] [--cpu]
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include <ATen/Context.h>
@@ -15,6 +16,7 @@
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
 #include "recipe/runtime_support.h"
+#include "parallel/gpu_support.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/launch_env.h"
 #include "runtime/local_launcher.h"
@@ -30,16 +32,20 @@ struct RunOptions {
   std::string recipe_path;
   std::vector<std::string> overrides;
   int nproc_per_node = 1;
+  int nnodes = 1, node_rank = 0;  // torchrun's: one launch per host, MASTER_ADDR/MASTER_PORT name node 0
   bool dry_run = false;
   bool cpu = false;
   bool force = false;  // take checkpoint.dir over even from a job that looks alive
   std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
 
-// Parallel features whose runtime has not landed yet are refused before anything starts.
-void check_supported(const recipe::Recipe& r, const std::string& source) {
-  const std::vector<std::string> problems = recipe::runtime_support_problems(r);
-  if (!problems.empty()) throw RecipeError(source, problems);
+// Parallel features whose runtime has not landed yet (on any device, or on the GPUs this worker
+// will use) are refused before anything starts.
+void check_supported(const recipe::LoadedRecipe& loaded, bool on_gpu) {
+  std::vector<std::string> problems = recipe::runtime_support_problems(loaded.recipe);
+  if (on_gpu && loaded.mesh)
+    for (auto& p : parallel::gpu_support_problems(loaded.recipe, *loaded.mesh)) problems.push_back(std::move(p));
+  if (!problems.empty()) throw RecipeError(loaded.source, problems);
 }
 
 int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env) {
@@ -47,7 +53,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   load.overrides = options.overrides;
   load.world_size = env.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-  check_supported(loaded.recipe, loaded.source);
+  check_supported(loaded, !options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs()));
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
   // One job per checkpoint directory, settled before any process group or GPU is touched.
   std::unique_ptr<checkpoint::DirClaim> claim;
@@ -109,17 +115,37 @@ int run_training(const RunOptions& options) {
     request.world_size_option = "--nproc-per-node";
     return estimate::run_estimate_command(request, stdout);
   }
-  if (env.launcher == "none" && options.nproc_per_node > 1) {
+  if (options.nnodes > 1 || options.node_rank != 0) {
+    if (env.launcher != "none")
+      throw UserError(fmt::format("--nnodes {} given, but the job was already started by a launcher ({}); drop "
+                                  "--nnodes and --node-rank",
+                                  options.nnodes, env.launcher));
+    if (options.node_rank < 0 || options.node_rank >= options.nnodes)
+      throw UserError(fmt::format("--node-rank {} is not a node of --nnodes {}; use 0 to {}", options.node_rank,
+                                  options.nnodes, options.nnodes - 1));
+    if (!std::getenv("MASTER_ADDR") || !std::getenv("MASTER_PORT"))
+      throw UserError(fmt::format("--nnodes {} needs MASTER_ADDR and MASTER_PORT in the environment of every "
+                                  "launch: node 0's address and a free port there, where its launcher serves the "
+                                  "rendezvous (as torchrun's --master-addr and --master-port)",
+                                  options.nnodes));
+  }
+  if (env.launcher == "none" && (options.nproc_per_node > 1 || options.nnodes > 1)) {
     // Check the recipe once here, so a bad one fails before any worker starts.
     recipe::LoadOptions load;
     load.overrides = options.overrides;
-    load.world_size = options.nproc_per_node;
+    load.world_size = options.nproc_per_node * options.nnodes;
     const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-    check_supported(loaded.recipe, options.recipe_path);
+    check_supported(loaded, !options.cpu && at::hasCUDA());
     if (loaded.recipe.checkpoint.dir && !options.force)
       checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});
     runtime::LocalLaunchOptions launch;
     launch.nproc = options.nproc_per_node;
+    launch.nnodes = options.nnodes;
+    launch.node_rank = options.node_rank;
+    if (options.nnodes > 1) {
+      launch.master_addr = env.master_addr;  // validated by detect_launch_environment
+      launch.master_port = env.master_port;
+    }
     launch.argv = options.argv;
     return runtime::launch_local_workers(launch);
   }
@@ -156,6 +182,11 @@ CommandAction add_run_command(CLI::App& parent) {
   command->add_option("--nproc-per-node", options->nproc_per_node,
                       "Without a launcher, start this many local workers (default 1)")
       ->check(positive_integer());
+  command->add_option("--nnodes", options->nnodes,
+                      "Hosts of the job, one `trainer run` per host (torchrun's; with MASTER_ADDR and MASTER_PORT "
+                      "naming node 0)")
+      ->check(positive_integer());
+  command->add_option("--node-rank", options->node_rank, "This host's place among --nnodes (0 serves the rendezvous)");
   command->add_flag("--dry-run", options->dry_run, "Predict memory and step time (same as `trainer estimate`)");
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
   command->add_flag("--force", options->force,

@@ -32,7 +32,7 @@ APT_PACKAGES=(
   build-essential ninja-build ccache git python3-venv
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev zlib1g-dev
   openmpi-bin libopenmpi-dev procps
-  slurm-wlm munge
+  slurm-wlm munge iproute2 util-linux
 )
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"

@@ -109,8 +109,12 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       const double reduce =
           collective_seconds(CommKind::ReduceScatter, g * double(stage.params.dense), dense_group, gpu) +
           collective_seconds(CommKind::ReduceScatter, g * double(stage.params.expert), placement.edp, gpu);
+      // Passes of gathers per step: at pp 1 a forward and (resharded) a backward per micro-batch; under
+      // pipeline parallelism units stay after backward, so only the backward after a resharding
+      // forward gathers again.
       const bool per_microbatch_gathers = mesh.pp == 1;
-      const double gathers = per_microbatch_gathers ? double(m) * (p.reshard_after_forward() ? 2.0 : 1.0) : 1.0;
+      const double gathers = per_microbatch_gathers ? double(m) * (p.reshard_after_forward() ? 2.0 : 1.0)
+                                                    : (p.reshard_after_forward() ? double(m) + 1.0 : 1.0);
       const double reductions = p.accumulate_unsharded() ? 1.0 : double(m);
       tb.dp_comm_s = gather * gathers + reduce * reductions;
       // Exposed: what the computation does not cover, and the first unit of each gathering pass

@@ -70,9 +70,11 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       if (parallel::place_chunk(kind, mesh.pp, mesh.vpp, c).stage == stage)
         for (int64_t l = first_layer[size_t(c)]; l < first_layer[size_t(c + 1)]; ++l) s.layers.push_back(l);
     const bool tied_here = m.tie_word_embeddings && embedding_stage == head_stage;
+    // ZeRO-3 gathers what is sharded over more than one rank (the others' buckets stay whole).
+    const bool dense_gathered = mesh.shard_dp() * mesh.cp > 1, experts_gathered = mesh.edp > 1;
     if (s.first) {
-      s.unit_params.push_back(tied_here ? 0 : V_rank * H);
-      if (tied_here) s.pinned_params = V_rank * H;
+      s.unit_params.push_back(tied_here || !dense_gathered ? 0 : V_rank * H);
+      if (tied_here && dense_gathered) s.pinned_params = V_rank * H;
     }
     for (int64_t l : s.layers) {
       const bool moe = job.counts.layers[size_t(l)].moe;
@@ -83,9 +85,9 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.norm += lp.norm;
       s.params.tensors += lp.tensors;
       s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert);
-      s.unit_params.push_back(lp.dense + lp.expert);
+      s.unit_params.push_back((dense_gathered ? lp.dense : 0) + (experts_gathered ? lp.expert : 0));
     }
-    if (s.last) s.unit_params.push_back(H + (tied_here ? 0 : V_rank * H));
+    if (s.last) s.unit_params.push_back(dense_gathered ? H + (tied_here ? 0 : V_rank * H) : 0);
     if (s.first) {
       s.params.dense += V_rank * H;
       s.params.tensors += 1;

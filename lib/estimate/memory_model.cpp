@@ -91,7 +91,9 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   // --- model state: ZeRO shards over dp x cp (dense parameters) and edp (expert parameters) ---
   // ZeRO shards dense weights over dp x cp, or with hybrid sharding over dp_shard x cp.
   const double dense_ranks = double(mesh.shard_dp() * mesh.cp), expert_ranks = double(mesh.edp);
-  const bool data_parallel = mesh.dp * mesh.cp > 1 || mesh.edp > 1;
+  // The runtime shards (ZeRO >= 1) only when the data- and context-parallel group has several
+  // ranks (train/optimizer_driver.cpp).
+  const bool data_parallel = mesh.dp * mesh.cp > 1;
   const double pd = double(stage.params.dense), pe = double(stage.params.expert);
   auto sharded = [&](int64_t from_stage) {
     return (zero >= from_stage ? pd / dense_ranks : pd) + (zero >= from_stage ? pe / expert_ranks : pe);
@@ -152,12 +154,20 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const auto& u = stage.unit_params;
     const int64_t n = int64_t(u.size());
     const double copy = options.gpu ? 1.0 : 1.0 + kGlooGatherCopy;
-    auto at = [&](int64_t i) { return i >= 0 && i < n ? double(u[size_t(i)]) : 0.0; };
-    auto upto = [&](int64_t i) { return std::accumulate(u.begin(), u.begin() + std::clamp<int64_t>(i + 1, 0, n), 0.0); };
+    // Captures by value: zero3_extra outlives this block (run_chunk calls it below).
+    auto at = [&u, n](int64_t i) { return i >= 0 && i < n ? double(u[size_t(i)]) : 0.0; };
+    std::vector<double> prefix(size_t(n) + 1, 0.0);  // prefix[i]: units before position i
+    for (int64_t i = 0; i < n; ++i) prefix[size_t(i) + 1] = prefix[size_t(i)] + double(u[size_t(i)]);
+    auto upto = [prefix, n](int64_t i) { return prefix[size_t(std::clamp<int64_t>(i + 1, 0, n))]; };
     const double all = upto(n - 1), pinned = double(stage.pinned_params);
     const bool keep_all = mesh.pp > 1;  // the stage's units stay gathered for all micro-batches
     const bool reshard = options.reshard_after_forward;
     const int64_t offset = stage.first ? 1 : 0;  // position of the first decoder layer among the units
+    // Schedules that defer weight gradients keep the head gathered through the step's backward.
+    const bool keep_head = stage.last && (options.schedule == parallel::ScheduleKind::ZeroBubble ||
+                                          options.schedule == parallel::ScheduleKind::ZBV);
+    // The embedding is not gathered for its backward.
+    auto in_backward = [at, first = stage.first](int64_t i) { return first && i == 0 ? 0.0 : at(i); };
     zero3_extra = [=](ChunkRun::Phase phase, int64_t k) {
       if (keep_all) return e * (all + pinned);
       int64_t p = 0;
@@ -175,12 +185,17 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
           g = reshard ? at(p) : all;
           break;
         case ChunkRun::LayerBackward: case ChunkRun::PreBackward:
-          g = reshard ? at(p) + copy * at(p - 1) : upto(p);  // the previous unit prefetched
+          // The previous unit prefetched; without resharding, what the forward gathered is left.
+          g = reshard ? in_backward(p) + copy * in_backward(p - 1) : upto(p);
+          if (keep_head && p != n - 1) g += at(n - 1);
           break;
       }
       return e * (g + pinned);
     };
-    for (int64_t i = 0; i < n; ++i) sm.zero3_gathered = std::max(sm.zero3_gathered, zero3_extra(ChunkRun::LayerForward, i - offset));
+    // Reported: the forward's height (the backward's is no higher).
+    for (int64_t i = 0; i < n; ++i)
+      sm.zero3_gathered = std::max(sm.zero3_gathered, keep_all ? e * (all + pinned)
+                                                               : e * ((reshard ? at(i) : upto(i)) + copy * at(i + 1) + pinned));
   }
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
   sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers +

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "core/error.h"
 #include "estimate/report.h"
 #include "recipe/mesh_shape.h"
 #include "recipe/runtime_support.h"
+#include "parallel/gpu_support.h"
 #include "recipe/validate.h"
 
 namespace trainer::estimate {
@@ -43,6 +46,7 @@ std::vector<std::string> overrides_of(const recipe::Recipe& base, const recipe::
       fmt::format("training.micro_batch_size={}", t.micro_batch_size),
       fmt::format("training.recompute={}", t.recompute),
   };
+  if (p.cp > 1 || p.cp_method != base.parallel.cp_method) o.push_back("parallel.cp_method=" + p.cp_method);
   if (r.model.moe) {
     o.push_back(fmt::format("parallel.ep={}", p.ep));
     o.push_back(fmt::format("parallel.etp={}", p.etp));
@@ -62,6 +66,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
   const auto& m = base.model;
   const auto& bt = base.training;
   PlanResult result;
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t, std::string>, bool> gpu_runnable;
   // The global batch stays what the recipe trains with: its own, or (null) one micro-batch per
   // data-parallel rank of the recipe's own layout at N GPUs.
   const int64_t recipe_dense = base.parallel.tp * base.parallel.cp * base.parallel.pp;
@@ -129,6 +134,8 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     auto& p = r.parallel;
                     p.tp = tp;
                     p.cp = cp;
+                    // On GPUs context parallelism runs Ulysses (ring attention is CPU-only here).
+                    p.cp_method = cp > 1 ? "ulysses" : base.parallel.cp_method;
                     p.pp = pp;
                     p.vpp = vpp;
                     p.dp = -1;
@@ -145,12 +152,19 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                       continue;
                     }
                     ++result.valid;
-                    const bool runnable = recipe::runtime_supports(r);
+                    const recipe::MeshShape mesh = recipe::mesh_shape(r, N);
+                    // Plans are for GPUs: what `run` refuses there is not runnable either (the
+                    // answer depends on the schedule's shape only: cached, schedules are long).
+                    const auto gpu_key = std::make_tuple(p.pipeline_schedule, mesh.pp, mesh.vpp, mesh.grad_accum_steps,
+                                                         mesh.cp > 1 ? p.cp_method : std::string());
+                    auto known = gpu_runnable.find(gpu_key);
+                    if (known == gpu_runnable.end())
+                      known = gpu_runnable.emplace(gpu_key, parallel::gpu_support_problems(r, mesh).empty()).first;
+                    const bool runnable = recipe::runtime_supports(r) && known->second;
                     if (!runnable && options.runnable_only) {
                       ++result.not_runnable;
                       continue;
                     }
-                    const recipe::MeshShape mesh = recipe::mesh_shape(r, N);
                     JobEstimate e = estimate_job(r, mesh, &gpu, memory_only, &cache);
                     if (e.device_total_bytes > limit) continue;
                     ++result.fitting;

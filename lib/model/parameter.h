@@ -95,7 +95,7 @@ void accumulate_gradient(Parameter& p, const at::Tensor& grad);
 
 // What happens at the boundaries of forward units (ParameterSet::set_unit_hooks).
 struct UnitHooks {
-  std::function<void(int64_t unit)> before_forward, after_forward, before_backward, after_backward;
+  std::function<void(int64_t unit)> before_forward, after_forward, before_backward;
 };
 
 struct ParameterOptions {
@@ -138,13 +138,10 @@ class ParameterSet {
   void after_forward(int64_t unit) const {
     if (hooks_.after_forward) hooks_.after_forward(unit);
   }
-  // The unit's output, through an identity whose backward (run just before the unit's own
-  // backward) calls hooks.before_backward(unit); x itself when that hook is unset or x needs no
-  // gradient.
+  // Returns the unit's output x with a hook that calls hooks.before_backward(unit) when x's
+  // gradient is complete, just before the unit's own backward (nothing when that hook is unset or
+  // x needs no gradient). The unit before it in backward order has finished its backward then.
   at::Tensor mark_unit_output(const at::Tensor& x, int64_t unit) const;
-  // The unit's input, through an identity whose backward (run once the unit's backward has
-  // produced x's gradient) calls hooks.after_backward(unit).
-  at::Tensor mark_unit_input(const at::Tensor& x, int64_t unit) const;
   // Where the linears of this model queue deferred weight gradients (zero-bubble's W).
   // Layers keep pointers to it and to the parameters (a deque): both stay put when the set moves.
   WeightGradQueue& weight_grads() { return *weight_grads_; }

@@ -132,7 +132,6 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
     const int64_t unit = 1 + layer_index_[i];
-    x = params_.mark_unit_input(x, unit);
     params_.before_forward(unit);
     if (options_.recompute == Recompute::Full) {
       // Keep only the layer input; everything inside is recomputed in backward.
@@ -216,9 +215,7 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
   return out;
 }
 
-at::Tensor Transformer::loss(const at::Tensor& input, const at::Tensor& targets, ForwardOutput* out) const {
-  // The head's backward starts at once: no output boundary (ZeRO-3 keeps it gathered).
-  const at::Tensor x = params_.mark_unit_input(input, head_unit());
+at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
   params_.before_forward(head_unit());
   const at::Tensor h = final_norm_.forward(x, options_.recompute == Recompute::Selective);
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
@@ -238,6 +235,8 @@ at::Tensor Transformer::loss(const at::Tensor& input, const at::Tensor& targets,
                                            loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)));
   out->tokens = targets.numel();
   params_.after_forward(head_unit());
+  // The loss is the head's output: its backward may come after other micro-batches' (gpipe).
+  out->loss_sum = params_.mark_unit_output(out->loss_sum, head_unit());
   return out->loss_sum;
 }
 

@@ -29,28 +29,43 @@ extern "C" void remember_signal(int signal) { g_forward_signal.store(signal); }
 
 }  // namespace
 
-ListeningSocket listen_on_free_port() {
+namespace {
+ListeningSocket listen_at(uint32_t host, int port, const std::string& where) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int on = 1;
+  if (fd >= 0 && port != 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
+  address.sin_addr.s_addr = htonl(host);
+  address.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t length = sizeof(address);
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     const int error = errno;
     if (fd >= 0) ::close(fd);
-    throw std::runtime_error(fmt::format("cannot listen on a free TCP port on 127.0.0.1: {}", std::strerror(error)));
+    throw std::runtime_error(fmt::format("cannot listen on {}: {}", where, std::strerror(error)));
   }
   return {fd, ntohs(address.sin_port)};
+}
+}  // namespace
+
+ListeningSocket listen_on_free_port() { return listen_at(INADDR_LOOPBACK, 0, "a free TCP port on 127.0.0.1"); }
+
+ListeningSocket listen_on_port(int port) {
+  return listen_at(INADDR_ANY, port, fmt::format("TCP port {} (MASTER_PORT) of this host", port));
 }
 
 int launch_local_workers(const LocalLaunchOptions& options) {
   // The launcher serves the rendezvous store on a socket it opened itself: no other process can take
   // the port between choosing and serving it, and a worker that stops (SIGSTOP, a hang) cannot
   // take the store down with it, so the others can still exchange their flight records.
-  const ListeningSocket store_socket = listen_on_free_port();
-  const int port = store_socket.port;
+  const bool multi_node = options.nnodes > 1;
+  const bool serves_store = options.node_rank == 0;
+  ListeningSocket store_socket;
+  if (serves_store) store_socket = multi_node ? listen_on_port(options.master_port) : listen_on_free_port();
+  const int port = multi_node ? options.master_port : store_socket.port;
+  const std::string master = multi_node ? options.master_addr : "127.0.0.1";
+  const int world = options.nnodes * options.nproc, first_rank = options.node_rank * options.nproc;
   const pid_t launcher = ::getpid();
   std::vector<pid_t> pids(options.nproc, -1);
   struct sigaction action {};
@@ -59,7 +74,8 @@ int launch_local_workers(const LocalLaunchOptions& options) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  for (int rank = 0; rank < options.nproc; ++rank) {
+  for (int local = 0; local < options.nproc; ++local) {
+    const int rank = first_rank + local;
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed while starting workers");
     if (pid == 0) {
@@ -68,10 +84,10 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_ADDR", master.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TRAINER_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);
       ::setenv("TRAINER_STORE_IN_LAUNCHER", "1", 1);
@@ -85,7 +101,7 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       std::fprintf(stderr, "worker %d: cannot start %s\n", rank, self.c_str());
       ::_exit(127);
     }
-    pids[rank] = pid;
+    pids[local] = pid;
   }
 
   // After the forks (a store thread during fork could hold a lock the children need). Workers that
@@ -95,7 +111,8 @@ int launch_local_workers(const LocalLaunchOptions& options) {
   store_options.isServer = true;
   store_options.waitWorkers = false;
   store_options.masterListenFd = store_socket.fd;
-  const auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+  const auto store =
+      serves_store ? c10::make_intrusive<c10d::TCPStore>(master, store_options) : c10::intrusive_ptr<c10d::TCPStore>();
 
   int running = options.nproc, result = 0;
   bool stopping = false;
@@ -109,11 +126,12 @@ int launch_local_workers(const LocalLaunchOptions& options) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
-      int rank = -1;
+      int local = -1;
       for (int r = 0; r < options.nproc; ++r)
-        if (pids[r] == pid) rank = r;
-      if (rank < 0) continue;
-      pids[rank] = -1;
+        if (pids[r] == pid) local = r;
+      if (local < 0) continue;
+      pids[local] = -1;
+      const int rank = first_rank + local;
       --running;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && !stopping) {

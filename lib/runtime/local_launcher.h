@@ -1,7 +1,10 @@
 #pragma once
 // `trainer run --nproc-per-node N` without a launcher: starts N copies of this program as workers
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, the MASTER_PORT of the
-// rendezvous store the launcher itself serves, TRAINER_STORE_IN_LAUNCHER=1),
+// rendezvous store the launcher itself serves, TRAINER_STORE_IN_LAUNCHER=1). Across hosts
+// (torchrun's --nnodes/--node-rank) one launch per host: the workers of node r are ranks
+// r * N .. r * N + N - 1 of nnodes * N, and node 0's launcher serves the store on MASTER_PORT at
+// MASTER_ADDR, which every node's workers reach.
 // forwards SIGINT/SIGTERM to them, and when one fails stops the others (SIGTERM, then SIGKILL
 // after a grace period) and reports which rank failed. Workers die with the launcher
 // (PR_SET_PDEATHSIG), so no process is left behind.
@@ -11,7 +14,10 @@
 namespace trainer::runtime {
 
 struct LocalLaunchOptions {
-  int nproc = 1;
+  int nproc = 1;                  // workers on this host
+  int nnodes = 1, node_rank = 0;  // hosts of the job, and this one's place among them
+  std::string master_addr;        // nnodes > 1: node 0's address (host name or IP)
+  int master_port = 0;            // nnodes > 1: where node 0's launcher serves the store
   std::vector<std::string> argv;  // the worker's command line (argv[0] is replaced by this program)
   double grace_seconds = 10;      // between SIGTERM and SIGKILL when stopping workers after a failure
 };
@@ -28,5 +34,7 @@ struct ListeningSocket {
   int port = 0;
 };
 ListeningSocket listen_on_free_port();
+// The same on `port` of every address of this host (node 0 of a multi-host launch).
+ListeningSocket listen_on_port(int port);
 
 }  // namespace trainer::runtime

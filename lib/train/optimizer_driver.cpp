@@ -38,6 +38,8 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
     // (torchtitan's default; the gradients are then reduced once, after the last one).
     zero3->reshard_after_backward = recipe.parallel.pp == 1;
     zero3->head_unit = model.head_unit();
+    const std::string& schedule = recipe.parallel.pipeline_schedule;
+    zero3->keep_head = schedule == "zero_bubble" || schedule == "zbv";
   }
   if (options.sharded)
     zero1_ = std::make_unique<parallel::DistributedOptimizer>(*buckets_, model.parameters(), recipe.optimizer,
@@ -63,8 +65,9 @@ std::function<void(model::Parameter&, const at::Tensor&)> OptimizerDriver::param
 
 parallel::UnitGathers* OptimizerDriver::unit_gathers() { return zero1_ ? zero1_->unit_gathers() : nullptr; }
 
-std::vector<checkpoint::TensorRecord> OptimizerDriver::parameter_records() const {
-  return zero1_ ? zero1_->parameter_records() : std::vector<checkpoint::TensorRecord>{};
+std::optional<std::vector<checkpoint::TensorRecord>> OptimizerDriver::parameter_records() const {
+  if (!zero1_ || !zero1_->unit_gathers()) return std::nullopt;
+  return zero1_->parameter_records();
 }
 
 void OptimizerDriver::wait_parameter_gathers() {

@@ -6,6 +6,7 @@
 // parameters unit by unit).
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,8 @@ class OptimizerDriver {
   // next forward. Call before reading parameters outside a forward (checkpoints, exports).
   void wait_parameter_gathers();
   // ZeRO-3: the parameters for a checkpoint, from this rank's shards (capture_training_state);
-  // empty otherwise (the parameters themselves are saved).
-  std::vector<checkpoint::TensorRecord> parameter_records() const;
+  // nullopt otherwise (the parameters themselves are saved).
+  std::optional<std::vector<checkpoint::TensorRecord>> parameter_records() const;
   // Where loaded parameters go (restore_model, load_hf_weights): ZeRO-3's shards; null otherwise
   // (into the parameters).
   std::function<void(model::Parameter&, const at::Tensor&)> parameter_writer();

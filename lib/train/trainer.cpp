@@ -20,6 +20,7 @@
 #include "train/step_profiler.h"
 #include "metrics/trace_scope.h"
 #include "train/evaluation.h"
+#include "parallel/gpu_support.h"
 #include "train/optimizer_driver.h"
 #include "train/run_start.h"
 #include "train/step_log.h"
@@ -96,19 +97,9 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   const std::unique_ptr<data::Dataset> held_out = r.evaluation.interval > 0 ? data::open_evaluation_dataset(r) : nullptr;
 
   const PipelinePlan pipeline = plan_pipeline(r, mesh, groups.coordinates().pp);
-  // NCCL matches point-to-point messages by posting order alone (the executor's tags serve Gloo).
-  if (device.is_cuda() && mesh.pp > 1 && !parallel::in_order_per_stage_pair(pipeline.spec))
-    throw UserError(fmt::format("parallel.pipeline_schedule=\"{}\" at parallel.pp={} sends activations and "
-                                "gradients between the same two stages in different orders on the two sides, which "
-                                "NCCL cannot match; on GPUs use 1f1b, zero_bubble or gpipe (or interleaved_1f1b with "
-                                "micro-batches per step a multiple of pp)",
-                                r.parallel.pipeline_schedule, mesh.pp));
-  // Ring attention's blocks run on the CPU flash kernel; the GPU's fused kernels with a
-  // log-sum-exp are not wired (no GPU has run them yet). Ulysses runs SDPA, on any device.
-  if (device.is_cuda() && mesh.cp > 1 && r.parallel.cp_method == "ring")
-    throw UserError(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build; on GPUs use "
-                                "parallel.cp_method=\"ulysses\"",
-                                mesh.cp));
+  // `run` refused these before starting (app/cmd_run.cpp); a caller that did not ask gets the same.
+  if (device.is_cuda())
+    if (const auto problems = parallel::gpu_support_problems(r, mesh); !problems.empty()) throw UserError(problems.front());
   model::Transformer model(model_options(r, mesh, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);

@@ -50,7 +50,7 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
                                                      const Progress& progress, const mesh::ProcessGroups& groups,
-                                                     std::vector<checkpoint::TensorRecord> parameter_records) {
+                                                     std::optional<std::vector<checkpoint::TensorRecord>> parameter_records) {
   checkpoint::CheckpointContent content;
   content.step = progress.step;
   content.consumed_samples = progress.consumed_samples;
@@ -59,11 +59,11 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
     content.mesh = {{"world_size", recipe.mesh->world_size}, {"tp", recipe.mesh->tp}, {"cp", recipe.mesh->cp},
                     {"dp", recipe.mesh->dp}, {"pp", recipe.mesh->pp}, {"ep", recipe.mesh->ep},
                     {"zero", recipe.recipe.parallel.zero}};
-  const bool given = !parameter_records.empty();  // by the optimizer (ZeRO-3)
-  std::vector<checkpoint::TensorRecord> records = std::move(parameter_records);
+  std::vector<checkpoint::TensorRecord> records;
+  if (parameter_records) records = std::move(*parameter_records);
   const mesh::RankLayout& layout = groups.layout();
   for (const auto& p : model.parameters().all()) {
-    if (given) break;
+    if (parameter_records) break;  // the optimizer holds them (ZeRO-3)
     if (p.real_numel() == 0) continue;  // padding rows only (a vocabulary padded past its last id)
     auto record = checkpoint::TensorRecord::slice(p.name, p.real_part(p.tensor.detach()), p.global_shape, p.offsets());
     const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);

@@ -1,5 +1,6 @@
 #pragma once
 #include <functional>
+#include <optional>
 // What a checkpoint holds for training to continue exactly: parameters and optimizer state by
 // global name (with global shapes and slice offsets), the step, the data position and the RNG.
 #include <map>
@@ -23,12 +24,13 @@ struct Progress {
 // the ranks with the same slice (parallel/data/replicas.h) and spread over them
 // (shard_assignment.h), so each unique slice is written once; ZeRO-1 fragments are written by
 // their owner. The records point at the live tensors. `parameter_records`: the parameters'
-// records when the optimizer gives them (ZeRO-3's shards); empty: taken from the model.
+// records when the optimizer holds them (ZeRO-3's shards; possibly none on a rank whose shards are
+// padding only); nullopt: taken from the model.
 checkpoint::CheckpointContent capture_training_state(const model::Transformer& model,
                                                      std::vector<checkpoint::TensorRecord> optimizer_records,
                                                      int64_t optimizer_steps, const recipe::LoadedRecipe& recipe,
                                                      const Progress& progress, const mesh::ProcessGroups& groups,
-                                                     std::vector<checkpoint::TensorRecord> parameter_records = {});
+                                                     std::optional<std::vector<checkpoint::TensorRecord>> parameter_records = std::nullopt);
 
 // Where a loaded parameter slice (this rank's, without padding rows) goes: null writes it into
 // the parameter; ZeRO-3 writes it into its shards (OptimizerDriver::parameter_writer).

@@ -844,6 +844,60 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
 
+TEST_CASE("dist: two simulated hosts under Slurm - tp 2 x dp 2 with dp across hosts - torchrun-style launches per host - a killed host brings the other down", "[dist][slurm]") {
+  TempDir dir;
+  const std::string trainer = trainer_binary() + " run " + kTiny;
+  REQUIRE(bash(trainer + common_sets(dir.path() + "/single.jsonl")).exit_code == 0);
+  const std::string tp = " --set parallel.tp=2";  // tp pairs are ranks 0,1 (host A) and 2,3 (host B)
+  // Runs on host A with on-host, host-kill and host-name on PATH (test/dist/two_host_cluster.sh).
+  const std::string script =
+      "set -u\n"
+      "srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
+      common_sets(dir.path() + "/srun.jsonl") + " > " + dir.path() + "/srun.out 2>&1; echo SRUN_RC=$?\n"
+      // torchrun-style: one launch per host, node 0's launcher serving the rendezvous.
+      "export OMP_NUM_THREADS=1 MASTER_ADDR=$(host-name A) MASTER_PORT=29511\n"
+      "on-host A " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 0" +
+      common_sets(dir.path() + "/torchrun.jsonl") + " > " + dir.path() + "/node0.out 2>&1 & A=$!\n"
+      "on-host B " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 1" +
+      common_sets(dir.path() + "/torchrun-b.jsonl") + " > " + dir.path() + "/node1.out 2>&1; B_RC=$?\n"
+      "wait $A; echo TORCHRUN_RC=$?/$B_RC\n"
+      // A long job; once it trains, host B's tasks are killed.
+      "srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
+      " --set training.steps=100000 --set optimizer.warmup_steps=1 --set logging.interval=1"
+      " --set parallel.collective_timeout_s=60 --set logging.metrics_file=" + dir.path() + "/long.jsonl > " +
+      dir.path() + "/long.out 2>&1 & S=$!\n"
+      "for i in $(seq 1 600); do [ -s " + dir.path() + "/long.jsonl ] && break; sleep 0.1; done\n"
+      "START=$(date +%s%N); host-kill B 'trainer run'; wait $S; RC=$?\n"
+      "echo KILLED_RC=$RC MS_TO_STOP=$(( ($(date +%s%N) - START) / 1000000 ))\n";
+  const std::string file = dir.path() + "/script.sh";
+  { std::ofstream(file) << script; }
+  const auto r = bash("timeout 280 " + std::string(TRAINER_SOURCE_DIR) + "/test/dist/two_host_cluster.sh " +
+                      dir.path() + "/cluster bash " + file, 300);
+  if (r.exit_code == 77) {
+    WARN("skipped: " << r.err);  // no network namespaces on this machine
+    return;
+  }
+  INFO(r.out << r.err << "\n--- srun:\n" << read_file(dir.path() + "/srun.out") << "\n--- node 0:\n"
+             << read_file(dir.path() + "/node0.out") << "\n--- node 1:\n" << read_file(dir.path() + "/node1.out")
+             << "\n--- killed job:\n" << read_file(dir.path() + "/long.out"));
+  REQUIRE(r.exit_code == 0);
+  const auto single = read_jsonl(dir.path() + "/single.jsonl");
+  CHECK(r.out.find("SRUN_RC=0") != std::string::npos);
+  CHECK(max_relative_difference(single, read_jsonl(dir.path() + "/srun.jsonl")) < 1e-5);
+  CHECK(r.out.find("TORCHRUN_RC=0/0") != std::string::npos);
+  CHECK(max_relative_difference(single, read_jsonl(dir.path() + "/torchrun.jsonl")) < 1e-5);
+  // The surviving host's ranks stop on their own well within the collective timeout, naming a lost rank.
+  CHECK(r.out.find("KILLED_RC=0") == std::string::npos);
+  const size_t at = r.out.find("MS_TO_STOP=");
+  REQUIRE(at != std::string::npos);
+  const double seconds = std::stod(r.out.substr(at + 11)) / 1000;
+  WARN("two hosts: after host B's tasks were killed the job stopped in " << seconds << " s:\n"
+                                                                        << read_file(dir.path() + "/long.out"));
+  CHECK(seconds < 60);
+  const std::string killed = read_file(dir.path() + "/long.out");
+  CHECK((killed.find("rank 2") != std::string::npos || killed.find("rank 3") != std::string::npos));
+}
+
 TEST_CASE("dist: a checkpoint saved at DP=2 with ZeRO-1 resumes bit-identically at DP=2 and within fp32 tolerance at DP=1 and DP=4", "[dist]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny;
@@ -953,6 +1007,10 @@ TEST_CASE("dist: ZeRO-3 reproduces the single-process loss curve at dp 2 3 and 4
       {"dp4 three micro-batches", kTiny, 4, kThreePerRank, ""},
       {"dp4 three micro-batches unsharded", kTiny, 4, kThreePerRank, " --set parallel.zero_accumulate_unsharded=true"},
       {"dp2 kept from forward to backward", kTiny, 2, "", " --set parallel.zero3_reshard_after_forward=false"},
+      // One stage, other schedules: the head's backward after every forward (gpipe: its loss
+      // gathers it again), deferred weight gradients (zero_bubble: the head's W reads its weight).
+      {"dp2 gpipe", kTiny, 2, "", " --set parallel.pipeline_schedule=gpipe"},
+      {"dp2 zero_bubble", kTiny, 2, "", " --set parallel.pipeline_schedule=zero_bubble"},
       // The embedding, used again by the tied head, stays gathered; full recompute replays each
       // layer's forward inside its backward, between the gathers.
       {"dp2 tied full recompute", kTiny, 2, " --set model.tie_word_embeddings=true --set training.recompute=full", ""},

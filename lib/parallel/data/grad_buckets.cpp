@@ -124,9 +124,14 @@ GradBuckets::GradBuckets(std::deque<model::Parameter>& params, const mesh::Proce
       if (int64_t(replicas.ranks.size()) != layout.world_size() || (options.sharded && n > 1)) norm_is_local_ = false;
     }
     if (options.sharded && options.per_unit) {
-      // ZeRO-3: only the shard stays; the next forward gathers the rest.
-      bucket.shard_values = bucket.values.narrow(0, shard_begin(bucket), shard_numel(bucket)).clone();
-      model::release_storage(bucket.values);
+      // ZeRO-3: only the shard stays; the next forward gathers the rest. A bucket of a one-rank
+      // group (experts when edp is 1, hybrid shards of one rank) is its own shard and stays whole.
+      if (n == 1) {
+        bucket.shard_values = bucket.values;
+      } else {
+        bucket.shard_values = bucket.values.narrow(0, shard_begin(bucket), shard_numel(bucket)).clone();
+        model::release_storage(bucket.values);
+      }
     }
   }
   if (norm_is_local_) counted_.assign(params.size(), true);

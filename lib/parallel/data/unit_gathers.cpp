@@ -30,6 +30,8 @@ UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Z
       unit = params[p].unit;
       slots_[b].pinned = slots_[b].pinned || params[p].uses > 1;
     }
+    // A one-rank group's bucket is its own shard: always whole, never gathered or released.
+    if (bucket.comm->size() == 1) slots_[b].state = State::Whole;
     unit_buckets_[unit].push_back(b);
     auto& units = chunk_units_[bucket.chunk];
     if (std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
@@ -42,7 +44,6 @@ UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Z
   hooks.before_forward = [this](int64_t unit) { before_forward(unit); };
   hooks.after_forward = [this](int64_t unit) { after_forward(unit); };
   hooks.before_backward = [this](int64_t unit) { before_backward(unit); };
-  hooks.after_backward = [this](int64_t unit) { after_backward(unit); };
   set_.set_unit_hooks(std::move(hooks));
 }
 
@@ -72,13 +73,8 @@ void UnitGathers::gather(int64_t unit) {
     if (slot.state != State::Released) continue;
     auto& bucket = all[b];
     model::allocate_storage(bucket.values);
-    if (bucket.comm->size() == 1) {
-      bucket.values.copy_(bucket.shard_values);
-      slot.state = State::Gathered;
-    } else {
-      slot.work = bucket.comm->all_gather(bucket.values, bucket.shard_values);
-      slot.state = State::Gathering;
-    }
+    slot.work = bucket.comm->all_gather(bucket.values, bucket.shard_values);
+    slot.state = State::Gathering;
     ++gathers_issued_;
   }
 }
@@ -103,7 +99,7 @@ void UnitGathers::release(int64_t unit) {
   auto it = unit_buckets_.find(unit);
   if (it == unit_buckets_.end()) return;
   for (size_t b : it->second) {
-    if (slots_[b].pinned || slots_[b].state == State::Released) continue;
+    if (slots_[b].pinned || slots_[b].state == State::Released || slots_[b].state == State::Whole) continue;
     wait_slot(b);  // a prefetch still writing into the buffer
     model::release_storage(buckets_.buckets()[b].values);
     slots_[b].state = State::Released;
@@ -112,7 +108,7 @@ void UnitGathers::release(int64_t unit) {
 
 void UnitGathers::release_all() {
   for (size_t b = 0; b < slots_.size(); ++b) {
-    if (slots_[b].state == State::Released) continue;
+    if (slots_[b].state == State::Released || slots_[b].state == State::Whole) continue;
     wait_slot(b);
     model::release_storage(buckets_.buckets()[b].values);
     slots_[b].state = State::Released;
@@ -132,21 +128,34 @@ void UnitGathers::after_forward(int64_t unit) {
   release(unit);
 }
 
+bool UnitGathers::same_chunk(int64_t a, int64_t b) const {
+  for (const auto& [chunk, units] : chunk_units_)
+    if (std::find(units.begin(), units.end(), a) != units.end())
+      return std::find(units.begin(), units.end(), b) != units.end();
+  return false;
+}
+
+bool UnitGathers::releasable_after_backward(int64_t unit) const {
+  // The head's deferred weight gradient (zero-bubble's W) computes its logits again.
+  return options_.reshard_after_backward && !(unit == options_.head_unit && options_.keep_head);
+}
+
 void UnitGathers::before_backward(int64_t unit) {
-  gather(unit);
-  if (options_.reshard_after_forward) gather(neighbour(unit, -1));
+  // The unit after this one (in model order, in its chunk) has finished its backward.
+  const int64_t done = neighbour(unit, +1);
+  if (done >= 0 && same_chunk(unit, done) && releasable_after_backward(done)) release(done);
+  // The embedding's backward does not read its weight: it is not gathered for it.
+  if (unit != options_.embedding_unit) gather(unit);
+  const int64_t previous = neighbour(unit, -1);
+  if (options_.reshard_after_forward && previous != options_.embedding_unit) gather(previous);
   wait(unit);
 }
 
-void UnitGathers::after_backward(int64_t unit) {
-  if (options_.reshard_after_backward) release(unit);
-}
-
 void UnitGathers::end_backward(int64_t chunk) {
-  if (!options_.reshard_after_backward) return;
   auto it = chunk_units_.find(chunk);
   if (it == chunk_units_.end()) return;
-  for (int64_t unit : it->second) release(unit);
+  for (int64_t unit : it->second)
+    if (releasable_after_backward(unit)) release(unit);
 }
 
 double UnitGathers::take_wait_s() {

@@ -7,13 +7,14 @@
 // Forward: before a unit, its buckets are all-gathered (if not already) and the next unit's
 // gathers are issued at once (one unit prefetched), then waited for; after it, with
 // reshard_after_forward, the gathered storage is freed. Backward: before a unit's backward (its
-// output's boundary, model::ParameterSet::mark_unit_output) it is gathered again with the previous
-// unit prefetched; after it (the input's boundary, and at the end of each micro-batch's backward
-// for what has no input boundary) it is freed, unless reshard_after_backward is off (pipeline
-// parallelism: kept for the step's other micro-batches). The LM head unit stays gathered from its
-// forward to its backward, which follows at once; buckets holding a weight used by two units (an
-// embedding tied to the LM head on the same stage) stay gathered from their first use to the end of
-// the step. Gradients are reduce-scattered by the ZeRO-2 machinery as each bucket's last
+// output's hook, model::ParameterSet::mark_unit_output) it is gathered again with the previous
+// unit prefetched, and the unit after it, whose backward is done, is freed (and at the end of each
+// micro-batch's backward whatever of the chunk is left), unless reshard_after_backward is off
+// (pipeline parallelism: kept for the step's other micro-batches). The embedding is not gathered
+// for its backward (which reads no weight). The LM head unit is not freed after its forward when
+// its backward may follow at once (its loss carries the hook for when it does not); buckets
+// holding a weight used by two units (an embedding tied to the LM head on the same stage) stay
+// gathered from their first use to the end of the step. Gradients are reduce-scattered by the ZeRO-2 machinery as each bucket's last
 // contribution arrives.
 //
 // Freeing keeps the tensors: the parameters stay views of their bucket's buffer, whose storage is
@@ -35,6 +36,10 @@ struct Zero3Options {
   bool reshard_after_forward = true;
   bool reshard_after_backward = true;
   int64_t head_unit = -1;  // the final norm and LM head's unit (model::Transformer::head_unit)
+  int64_t embedding_unit = 0;
+  // The schedule defers weight gradients (zero-bubble's W): the head's recomputes its logits from
+  // the head's weight, so the head stays gathered until the step's gradients are finished.
+  bool keep_head = false;
 };
 
 class UnitGathers {
@@ -57,7 +62,7 @@ class UnitGathers {
   int64_t gathers_issued() const { return gathers_issued_; }
 
  private:
-  enum class State { Released, Gathering, Gathered };
+  enum class State { Released, Gathering, Gathered, Whole };  // Whole: a one-rank group's bucket
   struct Slot {
     State state = State::Released;
     std::unique_ptr<comm::Work> work;
@@ -73,7 +78,8 @@ class UnitGathers {
   void before_forward(int64_t unit);
   void after_forward(int64_t unit);
   void before_backward(int64_t unit);
-  void after_backward(int64_t unit);
+  bool same_chunk(int64_t a, int64_t b) const;
+  bool releasable_after_backward(int64_t unit) const;
 
   GradBuckets& buckets_;
   model::ParameterSet& set_;

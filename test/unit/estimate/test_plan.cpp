@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "estimate/plan.h"
 #include "estimate_fixture.h"
+#include "parallel/gpu_support.h"
 #include "recipe/runtime_support.h"
 #include "recipe/validate.h"
 
@@ -68,6 +69,29 @@ TEST_CASE("plan never returns a configuration validate rejects (MoE)", "[estimat
   check_plan("tiny-moe.json", 8);
   check_plan("mixtral-8x7b.json", 128);
   check_plan("deepseek-v3-style.json", 256);
+}
+
+TEST_CASE("every configuration plan proposes for 8 to 1024 GPUs passes run's checks as the recipe file plus its overrides", "[estimate][plan]") {
+  // What `run` checks before it starts (app/cmd_run.cpp): loading (schema, cross-field and
+  // world-size rules), this build's support, and what runs on GPUs (plans are for GPUs).
+  int64_t proposals = 0;
+  for (const char* recipe : {"llama3-8b.json", "llama3-70b.json", "mixtral-8x22b.json", "deepseek-v3-style.json"})
+    for (const int64_t gpus : {8, 16, 64, 256, 1024}) {
+      const auto base = load(recipe);
+      PlanOptions options;
+      options.gpus = gpus;
+      options.top = 10;
+      const auto result = plan_search(base.recipe, builtin_profile("h100-sxm"), options);
+      for (const auto& c : result.best) {
+        INFO(recipe << " on " << gpus << " GPUs: " << fmt::format("{}", fmt::join(c.overrides, " ")));
+        trainer::recipe::LoadedRecipe again;
+        REQUIRE_NOTHROW(again = load(recipe, c.overrides, gpus));
+        CHECK(trainer::recipe::runtime_support_problems(again.recipe).empty());
+        CHECK(trainer::parallel::gpu_support_problems(again.recipe, *again.mesh).empty());
+        ++proposals;
+      }
+    }
+  CHECK(proposals > 100);
 }
 
 TEST_CASE("plan finds nothing when nothing fits - and says why not by returning an empty list", "[estimate][plan]") {
