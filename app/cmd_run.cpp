@@ -143,8 +143,14 @@ int run_training(const RunOptions& options) {
     launch.nnodes = options.nnodes;
     launch.node_rank = options.node_rank;
     if (options.nnodes > 1) {
-      launch.master_addr = env.master_addr;  // validated by detect_launch_environment
-      launch.master_port = env.master_port;
+      // Read here: without a launcher's variables detect_launch_environment does not look at them.
+      launch.master_addr = std::getenv("MASTER_ADDR");
+      const std::string port = std::getenv("MASTER_PORT");
+      char* end = nullptr;
+      const long value = std::strtol(port.c_str(), &end, 10);
+      if (port.empty() || *end != '\0' || value < 1 || value > 65535)
+        throw UserError(fmt::format("MASTER_PORT={} is not a TCP port (1-65535)", port));
+      launch.master_port = int(value);
     }
     launch.argv = options.argv;
     return runtime::launch_local_workers(launch);

@@ -852,17 +852,17 @@ TEST_CASE("dist: two simulated hosts under Slurm - tp 2 x dp 2 with dp across ho
   // Runs on host A with on-host, host-kill and host-name on PATH (test/dist/two_host_cluster.sh).
   const std::string script =
       "set -u\n"
-      "srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
+      "timeout 90 srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
       common_sets(dir.path() + "/srun.jsonl") + " > " + dir.path() + "/srun.out 2>&1; echo SRUN_RC=$?\n"
       // torchrun-style: one launch per host, node 0's launcher serving the rendezvous.
       "export OMP_NUM_THREADS=1 MASTER_ADDR=$(host-name A) MASTER_PORT=29511\n"
-      "on-host A " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 0" +
+      "timeout 90 on-host A " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 0" +
       common_sets(dir.path() + "/torchrun.jsonl") + " > " + dir.path() + "/node0.out 2>&1 & A=$!\n"
-      "on-host B " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 1" +
+      "timeout 90 on-host B " + trainer + tp + " --nproc-per-node 2 --nnodes 2 --node-rank 1" +
       common_sets(dir.path() + "/torchrun-b.jsonl") + " > " + dir.path() + "/node1.out 2>&1; B_RC=$?\n"
       "wait $A; echo TORCHRUN_RC=$?/$B_RC\n"
       // A long job; once it trains, host B's tasks are killed.
-      "srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
+      "timeout 90 srun -N2 --ntasks-per-node=2 --overcommit --export=ALL,OMP_NUM_THREADS=1 " + trainer + tp +
       " --set training.steps=100000 --set optimizer.warmup_steps=1 --set logging.interval=1"
       " --set parallel.collective_timeout_s=60 --set logging.metrics_file=" + dir.path() + "/long.jsonl > " +
       dir.path() + "/long.out 2>&1 & S=$!\n"
