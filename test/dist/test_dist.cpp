@@ -844,6 +844,66 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
 
+TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process loss curve - MoE tp2 sp x pp2 x cp2 x ep2 - dense tp pp dp cp - and the 5-D checkpoint resumes on other meshes", "[dist][mesh5d]") {
+  TempDir dir;
+  const std::string five = " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2"
+                           " --set parallel.cp=2 --set parallel.ep=2 --set parallel.etp=1";  // experts: etp 1 x ep 2 x edp 2
+  const std::string ck = dir.path() + "/ck";
+  std::map<std::string, std::vector<nlohmann::json>> references;
+  struct Case {
+    std::string name, recipe, parallel;
+  };
+  const std::vector<Case> cases = {
+      // The first also writes the checkpoint the resumes below start from.
+      {"moe 5-D 1f1b", kTinyMoe, five + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10"},
+      {"moe 5-D interleaved", kTinyMoe, five + " --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b"},
+      {"moe 5-D ulysses zero1", kTinyMoe, five + " --set parallel.cp_method=ulysses --set parallel.zero=1"},
+      {"moe 5-D zero_bubble zero3", kTinyMoe, five + " --set parallel.pipeline_schedule=zero_bubble --set parallel.zero=3"},
+      {"dense tp2 sp x pp2 x dp2 zero1", kTiny,
+       " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2 --set parallel.zero=1"},
+      {"dense tp2 sp x cp2 x dp2 zero1", kTiny,
+       " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.cp=2 --set parallel.zero=1"},
+      {"dense pp2 interleaved x cp2 x dp2 zero1", kTiny,
+       " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b --set parallel.cp=2"
+       " --set parallel.zero=1"},
+  };
+  for (const auto& c : cases) {
+    if (!references.count(c.recipe)) {
+      const std::string file = dir.path() + "/ref" + std::to_string(references.size()) + ".jsonl";
+      const auto single = bash(trainer_binary() + " run " + c.recipe + common_sets(file));
+      INFO(single.out << single.err);
+      REQUIRE(single.exit_code == 0);
+      references[c.recipe] = read_jsonl(file);
+    }
+    std::string file = dir.path() + "/" + c.name + ".jsonl";
+    std::replace(file.begin() + long(dir.path().size()), file.end(), ' ', '_');
+    const auto r = bash(trainer_binary() + " run " + c.recipe + " --nproc-per-node 8" + c.parallel + common_sets(file));
+    INFO(c.name << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto m = read_jsonl(file);
+    REQUIRE(m.size() == 20);
+    const double worst = max_relative_difference(references[c.recipe], m);
+    WARN(c.name << ": largest relative loss difference " << worst);
+    CHECK(worst < 1e-5);
+  }
+  // The 5-D MoE checkpoint of step 10 on two other meshes: pp 2 x cp 2 x dp 2 with ep 4 (no tp), and
+  // one process. (The micro-batches stay those of 4 sequences: the load-balancing loss is per
+  // micro-batch, so another micro-batch size would train another objective.)
+  const auto& reference = references[kTinyMoe];
+  for (const auto& [nproc, mesh] : std::vector<std::pair<int, std::string>>{
+           {8, " --set parallel.pp=2 --set parallel.cp=2 --set parallel.ep=4"}, {1, ""}}) {
+    const std::string file = dir.path() + "/resumed-" + std::to_string(nproc) + ".jsonl";
+    const auto r = bash(trainer_binary() + " run " + kTinyMoe + " --nproc-per-node " + std::to_string(nproc) + mesh +
+                        " --set checkpoint.resume=" + ck + "/step-00000010" + common_sets(file));
+    INFO("resumed on " << nproc << mesh << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("resumed from " + ck + "/step-00000010 at step 10 (160 samples consumed)") != std::string::npos);
+    const double worst = difference_after_resume(reference, read_jsonl(file));
+    WARN("5-D checkpoint resumed on " << nproc << " ranks" << mesh << ": largest relative loss difference " << worst);
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("dist: two simulated hosts under Slurm - tp 2 x dp 2 with dp across hosts - torchrun-style launches per host - a killed host brings the other down", "[dist][slurm]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny;
