@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include "process.h"
@@ -174,6 +175,15 @@ TEST_CASE("command-line mistakes get messages a user can act on", "[cli]") {
   }
   CHECK(lines >= 2);
   CHECK(prefixed == lines);
+  // A launch per host needs node 0's address and port, and a node rank inside --nnodes.
+  if (!std::getenv("MASTER_ADDR")) {
+    r = run_trainer({"run", kTiny, "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1"});
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--nnodes 2 needs MASTER_ADDR and MASTER_PORT") != std::string::npos);
+  }
+  r = run_trainer({"run", kTiny, "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--node-rank 2 is not a node of --nnodes 2; use 0 to 1") != std::string::npos);
 }
 
 TEST_CASE("a rendezvous timeout is one line naming the address - the ranks that joined and the timeout", "[cli]") {
