@@ -61,7 +61,7 @@ trap "exit 124" INT TERM  # run the EXIT trap on a signal too (a timeout must no
 
 slurmctld -f "$SLURM_CONF" -i
 slurmd -f "$SLURM_CONF"
-for i in $(seq 1 100); do
+for i in $(seq 1 450); do  # up to 90 s: slow to start on a loaded 2-core machine
   if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then break; fi
   sleep 0.2
 done

@@ -130,7 +130,7 @@ on-host A slurmctld -f "$SLURM_CONF" -i
 on-host A slurmd -f "$SLURM_CONF" -N "$name_a"
 on-host B slurmd -f "$SLURM_CONF" -N "$name_b"
 up=0
-for i in $(seq 1 150); do
+for i in $(seq 1 450); do  # up to 90 s: slow to start on a loaded 2-core machine
   up="$(on-host A sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)' || true)"
   [ "$up" = 2 ] && break
   sleep 0.2
