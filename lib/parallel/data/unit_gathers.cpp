@@ -75,7 +75,6 @@ void UnitGathers::gather(int64_t unit) {
     model::allocate_storage(bucket.values);
     slot.work = bucket.comm->all_gather(bucket.values, bucket.shard_values);
     slot.state = State::Gathering;
-    ++gathers_issued_;
   }
 }
 

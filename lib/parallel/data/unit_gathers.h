@@ -59,7 +59,6 @@ class UnitGathers {
   void end_backward(int64_t chunk);
   // Seconds spent waiting for gathers since the last call.
   double take_wait_s();
-  int64_t gathers_issued() const { return gathers_issued_; }
 
  private:
   enum class State { Released, Gathering, Gathered, Whole };  // Whole: a one-rank group's bucket
@@ -88,7 +87,6 @@ class UnitGathers {
   std::map<int64_t, std::vector<size_t>> unit_buckets_;  // per unit: its buckets
   std::map<int64_t, std::vector<int64_t>> chunk_units_;  // per model chunk: its units
   double wait_s_ = 0;
-  int64_t gathers_issued_ = 0;
 };
 
 }  // namespace trainer::parallel
