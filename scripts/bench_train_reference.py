@@ -2,10 +2,15 @@
 """The eager PyTorch side of scripts/bench_train: the trainer's Llama training step, written the
 way a plain PyTorch user would write it, timed step by step.
 
-It mirrors lib/model/*.cpp, lib/optim/*.cpp and lib/train/trainer.cpp (CPU, one process):
+It mirrors lib/model/*.cpp, lib/optim/*.cpp and lib/train/trainer.cpp (one process; CPU by default,
+`--device cuda` for scripts/bench_gpu):
   - embedding -> L x [RMSNorm -> GQA attention (q/k/v/o, no bias, HF rotate_half RoPE,
     F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)) -> residual ->
-    RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> untied LM head;
+    RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> LM head (tied to the embedding with --tie);
+  - `--dtype bf16`: fp32 parameters, gradients and AdamW states, forward and backward under
+    torch.autocast(bfloat16), the plain PyTorch user's mixed precision (the trainer keeps bf16
+    compute weights beside fp32 masters: the same arithmetic, different bookkeeping);
+  - `--compile`: the model wrapped in torch.compile (default mode), the first steps compile;
   - RMSNorm computed in fp32 and cast back, weight * normed;
   - loss = cross_entropy(logits fp32, reduction="sum") / tokens of the global batch, backward per
     micro-batch (gradient accumulation when global batch > micro batch);
@@ -18,7 +23,8 @@ The tokens are uniform random ids of the trainer's batch shape, generated before
 What is timed per step: from the lr computation to the end of optimizer.zero_grad(), the same span
 as the trainer's time_s (which also includes building its synthetic micro-batches, a few microseconds).
 
-Prints one JSON object on stdout's last line: {"step_times": [...], "losses": [...], ...}.
+Prints one JSON object on stdout's last line: {"step_times": [...], "losses": [...], ...}; on CUDA
+also "peak_allocated_bytes" (torch.cuda.max_memory_allocated over the whole run).
 """
 import argparse
 import json
@@ -103,6 +109,8 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(a) for _ in range(a.layers))
         self.norm = RMSNorm(a.hidden, a.rms_norm_eps)
         self.lm_head = nn.Linear(a.hidden, a.vocab, bias=False)
+        if a.tie:
+            self.lm_head.weight = self.embed_tokens.weight
         head_dim = a.hidden // a.heads
         inv = 1.0 / (a.rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
         self.register_buffer("inv_freq", inv.float(), persistent=False)
@@ -156,6 +164,10 @@ def main():
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave as is)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--tie", action="store_true", help="tie the LM head to the embedding")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = p.parse_args()
     if a.global_batch % a.micro_batch:
         p.error("--global-batch must be a multiple of --micro-batch")
@@ -165,9 +177,13 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = Llama(a)
-    decay = [p_ for n, p_ in model.named_parameters() if p_.dim() >= 2]
-    no_decay = [p_ for n, p_ in model.named_parameters() if p_.dim() < 2]
+    device = torch.device(a.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # as libtorch's default, which the trainer keeps
+    model = Llama(a).to(device)
+    forward = torch.compile(model) if a.compile else model
+    decay = [p_ for p_ in model.parameters() if p_.dim() >= 2]  # parameters(): a tied weight once
+    no_decay = [p_ for p_ in model.parameters() if p_.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=a.lr, betas=tuple(a.betas), eps=a.eps, fused=True)
@@ -176,7 +192,11 @@ def main():
     accum = a.global_batch // a.micro_batch
     global_tokens = a.global_batch * a.seq_len
     # All batches up front (outside the timed loop): [steps, accum, micro, seq_len + 1].
-    data = torch.randint(0, a.vocab, (a.steps, accum, a.micro_batch, a.seq_len + 1), dtype=torch.long)
+    data = torch.randint(0, a.vocab, (a.steps, accum, a.micro_batch, a.seq_len + 1), dtype=torch.long).to(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
     step_times, losses, grad_norms = [], [], []
     for step in range(a.steps):
@@ -188,7 +208,8 @@ def main():
         for micro in range(accum):
             tokens = data[step, micro]
             inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-            micro_loss_sum = model(inputs, targets)
+            with autocast:
+                micro_loss_sum = forward(inputs, targets)
             (micro_loss_sum / global_tokens).backward()
             loss_sum += micro_loss_sum.item()
         loss = loss_sum / global_tokens
@@ -212,6 +233,7 @@ def main():
         "parameters": sum(p_.numel() for p_ in params),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
     }))
 
 
