@@ -168,6 +168,9 @@ def main():
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--tie", action="store_true", help="tie the LM head to the embedding")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--profile-steps", type=int, nargs=2, metavar=("FIRST", "LAST"),
+                   help="record steps FIRST..LAST (1-based) with torch.profiler into --profile-out")
+    p.add_argument("--profile-out", default="reference-trace.json")
     a = p.parse_args()
     if a.global_batch % a.micro_batch:
         p.error("--global-batch must be a multiple of --micro-batch")
@@ -199,7 +202,14 @@ def main():
         torch.cuda.reset_peak_memory_stats()
 
     step_times, losses, grad_norms = [], [], []
+    profiler = None
     for step in range(a.steps):
+        if a.profile_steps and step + 1 == a.profile_steps[0]:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.start()
         t0 = time.perf_counter()
         lr = learning_rate(a, step)
         for group in optimizer.param_groups:
@@ -221,6 +231,12 @@ def main():
         optimizer.step()
         optimizer.zero_grad()
         step_times.append(time.perf_counter() - t0)
+        if profiler is not None and step + 1 == a.profile_steps[1]:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            profiler.stop()
+            profiler.export_chrome_trace(a.profile_out)
+            profiler = None
         losses.append(loss)
         grad_norms.append(grad_norm)
         print(f"step {step + 1}/{a.steps} | loss {loss:.4f} | lr {lr:.2e} | gnorm {grad_norm:.3f} | "
