@@ -188,6 +188,8 @@ class Replay : public MoeReplay {
         gathered = alloc(bs * H() * e_);
       }
       const Id gw = ew(s_.vocab * H() * e_, 1);
+      // bf16 into the fp32 main_grad: on the CPU the add casts it to an fp32 temporary first.
+      if (e_ != kF32 && s_.device == Device::Cpu) drop(ew(s_.vocab * H() * kF32));
       drop(g);
       drop(gathered);
       drop(gw);
@@ -246,30 +248,46 @@ class Replay : public MoeReplay {
     const Id loss = alloc(2 * kF32);  // loss_sum and the normalised loss
     seg.forward = t_.end();
     t_.begin();
-    const Id gh = alloc(bs * H() * e_);  // zeros_like(h)
-    for (int64_t s = 0; s < bs; s += chunk) {
-      const int64_t c = std::min(chunk, bs - s);
-      Id g = gemm(c, V, H());  // the chunk's logits again
+    // Backward over vocabulary slices (backward_by_slices): per slice the logits [bs, slice] again
+    // (upcast to fp32, softmax and one-hot in place, cast back), the slice's weight-gradient rows
+    // in one GEMM added into main_grad, and its part of the input gradient summed in fp32.
+    const int64_t slice = model::loss_vocab_slice(V, H());
+    const bool cpu = s_.device == Device::Cpu;
+    const Id sum = ew(bs * H() * kF32, 0);  // zeros: the input gradient's fp32 sum
+    for (int64_t s = 0; s < V; s += slice) {
+      const int64_t c = std::min(slice, V - s);
+      Id g = gemm(bs, c, H());
       if (e_ != kF32) {
-        const Id up = ew(c * V * kF32);
+        const Id up = ew(bs * c * kF32);
         drop(g);
         g = up;
       }
-      t_.costs().memory_bytes += 2.0 * double(c * V * kF32) * 4;  // softmax and one-hot, in place
+      t_.costs().memory_bytes += 2.0 * double(bs * c * kF32) * 4;  // softmax and one-hot, in place
       if (e_ != kF32) {
-        const Id cast = ew(c * V * e_);
+        const Id cast = ew(bs * c * e_);
         drop(g);
         g = cast;
+        // bf16 pieces into fp32 sums: on the CPU the add casts each piece to an fp32 temporary
+        // first (TensorIterator copies inputs to the common dtype there; CUDA kernels cast as
+        // they read).
+        const Id piece = gemm(bs, H(), c);
+        in_place(bs * H() * kF32, 1);
+        if (cpu) drop(ew(bs * H() * kF32));
+        drop(piece);
+        const Id gw = gemm(c, H(), bs);
+        in_place(c * H() * kF32, 1);
+        if (cpu) drop(ew(c * H() * kF32));
+        drop(gw);
+      } else {
+        gemm_in_place(bs, H(), c);  // addmm_ into the sum
+        gemm_in_place(c, H(), bs);  // addmm_ into main_grad
       }
-      drop(gemm(c, H(), V));  // into the input gradient (mm_out)
-      const Id gw = gemm(V, H(), c);  // the weight gradient's piece, added into .grad
-      t_.costs().memory_bytes += 3.0 * double(V * H() * e_);
-      // bf16 into the fp32 main_grad: on the CPU the add casts the piece to an fp32 temporary
-      // first (TensorIterator copies inputs to the common dtype there; CUDA kernels cast as they
-      // read).
-      if (e_ != kF32 && s_.device == Device::Cpu) drop(ew(V * H() * kF32));
-      drop(gw);
       drop(g);
+    }
+    Id gh = sum;
+    if (e_ != kF32) {
+      gh = ew(bs * H() * e_);  // the sum cast to the model dtype
+      drop(sum);
     }
     drop(lse);
     drop(in);

@@ -35,6 +35,10 @@ class ReplayOps {
     t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e_)});
     return t_.alloc(m * n * e_);
   }
+  // The same product added in place into an existing tensor (addmm_): no new memory.
+  void gemm_in_place(int64_t m, int64_t n, int64_t k) {
+    t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + 2 * m * n) * e_)});
+  }
   // Records a collective; returns its index for behind().
   size_t comm(CommKind kind, CommGroup group, int64_t bytes, bool overlapped = false) {
     t_.costs().comms.push_back(CommOp{kind, group, double(bytes), overlapped, {}});

@@ -44,8 +44,9 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, c10::Scal
   return h.mm(weight.t()).to(fp);
 }
 
-// The gradient of the chunk's loss sum with respect to its logits, scaled by `scale`, in the
-// model dtype: (softmax - one-hot(target)) for counted rows, zero for ignored ones.
+// The gradient of the loss sum with respect to the logits of `weight`'s rows (global ids
+// [v.begin, v.begin + v.real)), scaled by `scale`, in the model dtype: (softmax - one-hot(target))
+// for counted rows, zero for ignored ones.
 at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& lse,
                             const at::Tensor& targets, const Vocabulary& v, const at::Tensor& scale) {
   at::Tensor g = chunk_logits(h, weight, lse.scalar_type());
@@ -56,30 +57,43 @@ at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const
   return g.to(h.scalar_type());
 }
 
-// One pass over the chunks, each chunk's logits computed again and turned into its rows of the
-// input gradient (into *grad_h, when given) and its piece of the weight gradient (when `weight`).
-// The pieces go into the parameter with one accumulate_gradient (the gradient buckets count one
-// contribution per use): into main_grad directly when installed.
-void backward_by_chunks(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
-                        const Vocabulary& v, const at::Tensor& scale, int64_t chunk_rows, at::Tensor* grad_h,
+// One pass over slices of the vocabulary, each slice's logits for all rows computed again and
+// turned into the slice's rows of the weight gradient (when `weight`: one GEMM, written once)
+// and its part of the input gradient (into *grad_h, when given; summed over the slices in fp32 at
+// least, then cast to the model dtype). The weight gradient goes into the parameter with one
+// accumulate_gradient (the gradient buckets count one contribution per use): into main_grad
+// directly when installed.
+void backward_by_slices(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
+                        const Vocabulary& v, const at::Tensor& scale, int64_t slice_rows, at::Tensor* grad_h,
                         bool weight) {
   at::NoGradGuard no_grad;
-  if (grad_h) *grad_h = at::zeros_like(h);
   const WeightUse use(p);
-  const at::Tensor w = use.get().narrow(0, 0, v.real);
   if (weight && p.grad_buffer) p.grad_buffer();
   at::Tensor into = weight ? (p.main_grad.defined() ? p.main_grad : at::zeros_like(use.get())) : at::Tensor();
-  const int64_t n = h.size(0);
-  for (int64_t s = 0; s < n && v.real > 0; s += chunk_rows) {
-    const int64_t c = std::min(chunk_rows, n - s);
-    const at::Tensor h_c = h.narrow(0, s, c);
-    const at::Tensor g = chunk_logit_grad(h_c, w, lse.narrow(0, s, c), targets.narrow(0, s, c), v, scale);
+  // The input gradient's sum: h's dtype when that is already fp32 or wider (summed by addmm_ in
+  // place), else fp32 beside it.
+  at::Tensor sum_h;
+  if (grad_h) sum_h = at::zeros_like(h, h.options().dtype(lse.scalar_type()));
+  for (int64_t s = 0; s < v.real; s += slice_rows) {
+    const int64_t c = std::min(slice_rows, v.real - s);
+    const at::Tensor w = use.get().narrow(0, s, c);
+    const Vocabulary slice{v.begin + s, c, v.ignore};
+    const at::Tensor g = chunk_logit_grad(h, w, lse, targets, slice, scale);  // [rows, c]
     if (grad_h) {
-      at::Tensor out = grad_h->narrow(0, s, c);
-      at::mm_out(out, g, w);
+      if (g.scalar_type() == sum_h.scalar_type())
+        sum_h.addmm_(g, w);
+      else
+        sum_h.add_(g.mm(w));
     }
-    if (weight) into.narrow(0, 0, v.real).add_(g.t().mm(h_c));
+    if (weight) {
+      at::Tensor rows = into.narrow(0, s, c);
+      if (g.scalar_type() == rows.scalar_type())
+        rows.addmm_(g.t(), h);
+      else
+        rows.add_(g.t().mm(h));
+    }
   }
+  if (grad_h) *grad_h = sum_h.scalar_type() == h.scalar_type() ? sum_h : sum_h.to(h.scalar_type());
   if (!weight) return;
   if (p.main_grad.defined()) {
     if (p.grad_ready) p.grad_ready();
@@ -122,7 +136,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       total.add_(at::where(t.valid, lse_c - packed[1], at::zeros_like(lse_c)).sum());
     }
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
-    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, chunk_rows};
+    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, h.size(1)};
     ctx->save_for_backward({h, targets, lse});
     return total;
   }
@@ -132,21 +146,21 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     Parameter& p = *handle->params[0];
     const std::vector<int64_t> meta = ctx->saved_data["vocab"].toIntVector();
     const Vocabulary v{meta[0], meta[1], meta[2]};
-    const int64_t chunk_rows = meta[3];
+    const int64_t slice_rows = loss_vocab_slice(v.real, meta[3]);
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
     const at::Tensor scale = grads[0].to(lse.scalar_type());
     // The weight's gradient in the same pass as the input's, unless zero-bubble defers it: then
-    // its own pass later, computing the chunks' logits once more.
+    // its own pass later, computing the slices' logits once more.
     const bool weight = ctx->needs_input_grad(1);
     const bool defer = weight && handle->queue && handle->queue->deferring();
     at::Tensor grad_h;
     if (ctx->needs_input_grad(0) || (weight && !defer))
-      backward_by_chunks(p, h, lse, targets, v, scale, chunk_rows, ctx->needs_input_grad(0) ? &grad_h : nullptr,
+      backward_by_slices(p, h, lse, targets, v, scale, slice_rows, ctx->needs_input_grad(0) ? &grad_h : nullptr,
                          weight && !defer);
     if (defer)
-      handle->queue->submit([&p, h, lse, targets, v, scale, chunk_rows] {
-        backward_by_chunks(p, h, lse, targets, v, scale, chunk_rows, nullptr, true);
+      handle->queue->submit([&p, h, lse, targets, v, scale, slice_rows] {
+        backward_by_slices(p, h, lse, targets, v, scale, slice_rows, nullptr, true);
       });
     return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
   }

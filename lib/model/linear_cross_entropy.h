@@ -2,9 +2,10 @@
 // The LM head and the cross-entropy together, in chunks of rows (Liger-Kernel's fused linear
 // cross-entropy, with recomputation instead of gradients computed in forward): forward computes
 // each chunk's logits, its log-sum-exp and target logit, and keeps only the log-sum-exp per row;
-// backward computes each chunk's logits again and turns them into the chunk's gradients (softmax
-// minus the one-hot target) for the input and the weight. No [rows, V] tensor exists for more
-// than one chunk at a time, in fp32 or otherwise.
+// backward goes over slices of the vocabulary, computes each slice's logits for all rows again and
+// turns them into gradients (softmax minus the one-hot target): the slice's rows of the weight
+// gradient in one GEMM, and its part of the input gradient, summed over slices in fp32 at least.
+// No [rows, V] tensor exists for more than one chunk at a time, in fp32 or otherwise.
 //
 // Vocabulary parallelism (Megatron's vocab_parallel_cross_entropy) is the same loop: each tp rank
 // holds rows [vocab_begin, ...) of the weight, and per chunk the row maximum (max) and then the

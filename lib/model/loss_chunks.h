@@ -1,6 +1,6 @@
 #pragma once
-// How many rows the chunked LM head + cross-entropy (model/linear_cross_entropy.h) takes at a
-// time. Torch-free and header-only: the estimator's replay (lib/estimate) uses the same rule.
+// How many rows (forward) and vocabulary rows (backward) the chunked LM head + cross-entropy
+// (model/linear_cross_entropy.h) takes at a time. Torch-free and header-only: the estimator's replay (lib/estimate) uses the same rule.
 #include <algorithm>
 #include <cstdint>
 
@@ -12,6 +12,16 @@ namespace trainer::model {
 inline int64_t loss_chunk_rows(int64_t rows, int64_t local_vocab, int64_t hidden) {
   const int64_t chunks = std::max<int64_t>(1, (local_vocab + std::max<int64_t>(hidden, 1) - 1) / std::max<int64_t>(hidden, 1));
   return std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+}
+
+// Backward goes over the vocabulary instead, in slices of this many weight rows: each slice's
+// logits [rows, slice] are about as large as a forward chunk's, its weight gradient is one GEMM over
+// all rows written once (over row chunks, every chunk would add a whole [V, H] piece into the
+// gradient: on an H100/H200 that was a fifth of a 1B model's step), and the input gradient
+// accumulates over slices.
+inline int64_t loss_vocab_slice(int64_t local_vocab, int64_t hidden) {
+  const int64_t chunks = std::max<int64_t>(1, (local_vocab + std::max<int64_t>(hidden, 1) - 1) / std::max<int64_t>(hidden, 1));
+  return std::max<int64_t>(1, (local_vocab + chunks - 1) / chunks);
 }
 
 }  // namespace trainer::model

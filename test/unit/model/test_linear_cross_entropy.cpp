@@ -1,7 +1,9 @@
 // The chunked LM head + cross-entropy (model/linear_cross_entropy.h) against at::linear and
 // at::cross_entropy with autograd in fp64: the loss sum and the gradients of the input and the
 // weight, for chunks of 1, 3, 7 rows, a last partial chunk, one chunk for everything, ignored
-// labels, a padded vocabulary, deferred weight gradients and gradient buffers (main_grad).
+// labels, a padded vocabulary, deferred weight gradients and gradient buffers (main_grad);
+// backward goes over vocabulary slices (two here, the last partial; seven in the bf16 case, which
+// sums its pieces into an fp32 main_grad and an fp32 input-gradient sum).
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
@@ -79,6 +81,38 @@ TEST_CASE("chunked linear cross-entropy defers its weight gradient and adds it i
   CHECK(ready == 1);  // one contribution, however many chunks
   CHECK(max_relative_error(w.main_grad, ref.grad_w) < 1e-12);
   CHECK(!w.tensor.grad().defined());
+}
+
+TEST_CASE("chunked linear cross-entropy in bf16 with an fp32 main_grad over seven vocabulary slices", "[model][loss]") {
+  const int64_t n = 33, hidden = 8, vocab = 53;  // ceil(53 / 8) = 7 slices of 8, the last of 5
+  REQUIRE(model::loss_vocab_slice(vocab, hidden) == 8);
+  model::ParameterSet params(model::ParameterOptions{4, 0.5, at::kBFloat16});
+  model::Parameter& w = params.create("lm_head.weight", {vocab, hidden}, model::InitKind::Normal);
+  w.main_grad = at::zeros(w.tensor.sizes(), at::kFloat);
+  w.main_grad.fill_(0.25);  // an earlier micro-batch's gradient, kept and added to
+  at::manual_seed(7);
+  const at::Tensor h = at::randn({n, hidden}).to(at::kBFloat16);
+  at::Tensor targets = at::randint(0, vocab, {n}, at::kLong);
+  targets[4] = -100;
+  // The reference sees the same bf16 values, computed in fp64.
+  const Reference ref = reference(h.to(at::kDouble), w.tensor.to(at::kDouble), targets, vocab, 1.0);
+  const at::Tensor x = h.clone().requires_grad_(true);
+  const at::Tensor loss = model::linear_cross_entropy_sum(x, w, nullptr, targets, 0, vocab, -100, nullptr, 5);
+  CHECK(loss.scalar_type() == at::kFloat);
+  CHECK(max_relative_error(loss.to(at::kDouble), ref.loss) < 1e-5);
+  loss.backward();
+  CHECK(x.grad().scalar_type() == at::kBFloat16);
+  // bf16 operands, each slice's piece rounded to bf16 once: errors of bf16's precision.
+  CHECK(max_relative_error(x.grad().to(at::kDouble), ref.grad_h) < 2e-2);
+  CHECK(max_relative_error((w.main_grad - 0.25).to(at::kDouble), ref.grad_w) < 2e-2);
+}
+
+TEST_CASE("loss vocabulary slices hold logits about the size of the forward chunks", "[model][loss]") {
+  CHECK(model::loss_vocab_slice(128256, 2048) == 2036);  // 63 slices, as many as forward chunks
+  CHECK(model::loss_vocab_slice(128256, 4096) == 4008);  // 32
+  CHECK(model::loss_vocab_slice(256, 128) == 128);
+  CHECK(model::loss_vocab_slice(10, 100) == 10);         // a small vocabulary: one slice
+  CHECK(model::loss_vocab_slice(1000, 2) == 2);
 }
 
 TEST_CASE("loss chunks hold logits about the size of the input rows", "[model][loss]") {
