@@ -108,8 +108,11 @@ TEST_CASE("chunked linear cross-entropy in bf16 with an fp32 main_grad over seve
 }
 
 TEST_CASE("loss vocabulary slices hold logits about the size of the forward chunks", "[model][loss]") {
-  CHECK(model::loss_vocab_slice(128256, 2048) == 2036);  // 63 slices, as many as forward chunks
-  CHECK(model::loss_vocab_slice(128256, 4096) == 4008);  // 32
+  CHECK(model::loss_vocab_slice(128256, 2048) == 2048);  // 2036 rounded up: 63 slices, the last of 1280
+  CHECK(model::loss_vocab_slice(128256, 4096) == 4032);  // 4008 rounded up: 32 slices
+  CHECK(model::loss_vocab_slice(8000, 128) == 128);      // 127 rounded up
+  CHECK(model::loss_vocab_slice(100, 50) == 50);         // under 64: as it is
+  CHECK(model::loss_vocab_slice(200, 100) == 128);       // 100 rounded up: slices of 128 and 72
   CHECK(model::loss_vocab_slice(256, 128) == 128);
   CHECK(model::loss_vocab_slice(10, 100) == 10);         // a small vocabulary: one slice
   CHECK(model::loss_vocab_slice(1000, 2) == 2);
