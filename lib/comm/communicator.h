@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,6 +31,22 @@ struct CommContext {
   // breakdown's exposed communication).
   std::atomic<int64_t> wait_ns{0};
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+
+  // The blocked time by group name ("dp_cp", "ep", ...): which communication was exposed, an MoE
+  // layer's token dispatch (ep) apart from the gradient reductions (dp_cp), say. Adds to wait_ns.
+  void add_wait(const std::string& group, int64_t ns) {
+    wait_ns += ns;
+    const std::lock_guard<std::mutex> lock(wait_mutex_);
+    wait_ns_by_group_[group] += ns;
+  }
+  std::map<std::string, int64_t> waits_by_group() const {
+    const std::lock_guard<std::mutex> lock(wait_mutex_);
+    return wait_ns_by_group_;
+  }
+
+ private:
+  mutable std::mutex wait_mutex_;
+  std::map<std::string, int64_t> wait_ns_by_group_;
 };
 
 // An operation in flight. wait() returns when the result is usable (on GPU: usable by work queued

@@ -59,7 +59,7 @@ class GlooCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int64_t>& global_ranks() const override { return ranks_; }
   const CommContext& context() const { return *context_; }
-  std::atomic<int64_t>& wait_ns() const { return context_->wait_ns; }
+  CommContext& mutable_context() const { return *context_; }
 
   std::string describe(const std::string& op) const {
     return fmt::format("rank {}: {} on group {} (ranks [{}], this is rank {} of {}) at step {}", context_->global_rank,
@@ -176,12 +176,13 @@ void GlooWork::wait() {
   if (done_) return;
   const auto start = std::chrono::steady_clock::now();
   struct CountWait {  // also when a wait throws
-    std::atomic<int64_t>& into;
+    CommContext& context;
+    const std::string& group;
     std::chrono::steady_clock::time_point start;
     ~CountWait() {
-      into += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+      context.add_wait(group, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }
-  } count{owner_->wait_ns(), start};
+  } count{owner_->mutable_context(), owner_->name(), start};
   const metrics::TraceScope scope("wait {} {}", op_, owner_->name());
   for (auto& work : works_) {
     try {

@@ -248,6 +248,7 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
                                  {"backward_s", t.backward_s},   {"comm_wait_s", t.comm_wait_s},
                                  {"optimizer_s", t.optimizer_s}, {"checkpoint_s", t.checkpoint_s},
                                  {"other_s", std::max(0.0, seconds - t.total())}};
+    if (!t.comm_wait_by_group_s.empty()) m.extra["comm_wait_by_group_s"] = t.comm_wait_by_group_s;
   }
   if (overlap && overlap->param_gather_wait_s >= 0) m.extra["dp_overlap"]["param_gather_wait_s"] = overlap->param_gather_wait_s;
   std::string moe_summary;

@@ -8,21 +8,28 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace trainer::train {
 
 struct StepTimes {
   double data_s = 0, forward_s = 0, backward_s = 0, comm_wait_s = 0, optimizer_s = 0, checkpoint_s = 0;
+  // The same collective waits by group name (comm::CommContext::waits_by_group), over the whole
+  // step including the checkpoint stall it carries: not one of the phases, a split of comm_wait_s.
+  std::map<std::string, double> comm_wait_by_group_s;
 
   StepTimes& operator+=(const StepTimes& o) {
     data_s += o.data_s, forward_s += o.forward_s, backward_s += o.backward_s;
     comm_wait_s += o.comm_wait_s, optimizer_s += o.optimizer_s, checkpoint_s += o.checkpoint_s;
+    for (const auto& [group, seconds] : o.comm_wait_by_group_s) comm_wait_by_group_s[group] += seconds;
     return *this;
   }
   StepTimes scaled(double factor) const {
     StepTimes t = *this;
     t.data_s *= factor, t.forward_s *= factor, t.backward_s *= factor;
     t.comm_wait_s *= factor, t.optimizer_s *= factor, t.checkpoint_s *= factor;
+    for (auto& [group, seconds] : t.comm_wait_by_group_s) seconds *= factor;
     return t;
   }
   double total() const { return data_s + forward_s + backward_s + comm_wait_s + optimizer_s + checkpoint_s; }

@@ -128,6 +128,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   summary.first_step = progress.step;
   const std::atomic<int64_t>& wait_ns = groups.context().wait_ns;
   StepTimes saving;  // checkpoint time after a step's log: counted in the next step's figures
+  std::map<std::string, int64_t> waits_logged = groups.context().waits_by_group();
   StepProfiler profiler(r.profiling, groups.global_rank(), device.is_cuda());
   while (progress.step < r.training.steps) {
     groups.context().step = progress.step + 1;
@@ -147,6 +148,9 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     phase.lap(&times.optimizer_s, &times.comm_wait_s);
     times += saving;
     saving = StepTimes{};
+    const auto waits = groups.context().waits_by_group();
+    for (const auto& [group, ns] : waits) times.comm_wait_by_group_s[group] = double(ns - waits_logged[group]) * 1e-9;
+    waits_logged = waits;
     // Auxiliary-loss-free balancing: every rank moves the same biases by the step's loads.
     if (model::RoutingBias* bias = model.routing_bias()) bias->update(figures.moe_load, r.model.moe->bias_update_rate);
     progress.step += 1;

@@ -135,6 +135,34 @@ TEST_CASE("metrics: the step-time breakdown adds up to at most the step time at 
   CHECK(lines[2]["time_breakdown"]["checkpoint_s"].get<double>() > 0);
 }
 
+TEST_CASE("metrics: collective waits by group name show the MoE token dispatch (ep) apart at ep 2", "[observability]") {
+  TempDir dir;
+  const std::string metrics = dir.path() + "/m.jsonl";
+  const auto run = run_process({trainer_binary(), "run", source_dir() + "/recipes/tiny-moe.json", "--nproc-per-node",
+                                "2", "--set", "parallel.ep=2", "--set", "training.steps=3", "--set", "logging.interval=1",
+                                "--set", "logging.metrics_file=" + metrics},
+                               300, {"OMP_NUM_THREADS=1"});
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  const auto lines = read_jsonl(metrics);
+  REQUIRE(lines.size() == 3);
+  double dispatch = 0;
+  for (const auto& m : lines) {
+    INFO(m.dump());
+    REQUIRE(m.contains("comm_wait_by_group_s"));
+    double sum = 0;
+    for (const auto& [group, seconds] : m["comm_wait_by_group_s"].items()) {
+      CHECK(seconds.get<double>() >= 0);
+      sum += seconds.get<double>();
+    }
+    // A split of every wait between two logged steps: at least the phases' waits, at most the step.
+    CHECK(sum >= m["time_breakdown"]["comm_wait_s"].get<double>() * 0.999 - 1e-6);
+    CHECK(sum <= m["time_s"].get<double>() * 1.05 + 1e-3);
+    if (m["comm_wait_by_group_s"].contains("ep")) dispatch += m["comm_wait_by_group_s"]["ep"].get<double>();
+  }
+  CHECK(dispatch > 0);  // the all-to-alls of the expert dispatch on the ep group
+}
+
 TEST_CASE("profiling: a step range gives one Chrome trace per rank with ATen ops - our scopes and collectives", "[observability]") {
   TempDir dir;
   const std::string traces = dir.path() + "/traces";
