@@ -230,6 +230,8 @@ def main():
             sys.exit(f"step {step + 1}: the gradient norm is {grad_norm}")
         optimizer.step()
         optimizer.zero_grad()
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the fused AdamW step is asynchronous: count it in its own step
         step_times.append(time.perf_counter() - t0)
         if profiler is not None and step + 1 == a.profile_steps[1]:
             if device.type == "cuda":

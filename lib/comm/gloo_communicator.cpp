@@ -180,7 +180,10 @@ void GlooWork::wait() {
     const std::string& group;
     std::chrono::steady_clock::time_point start;
     ~CountWait() {
-      context.add_wait(group, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+      try {
+        context.add_wait(group, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+      } catch (...) {  // a destructor, maybe during a CommError's unwinding: the figure is not worth a terminate
+      }
     }
   } count{owner_->mutable_context(), owner_->name(), start};
   const metrics::TraceScope scope("wait {} {}", op_, owner_->name());

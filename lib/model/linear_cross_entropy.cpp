@@ -136,7 +136,9 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       total.add_(at::where(t.valid, lse_c - packed[1], at::zeros_like(lse_c)).sum());
     }
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
-    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, h.size(1)};
+    // Backward's slices follow the local rows, padding included, as the forward chunks and the
+    // estimator's replay do.
+    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, loss_vocab_slice(local, h.size(1))};
     ctx->save_for_backward({h, targets, lse});
     return total;
   }
@@ -146,7 +148,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     Parameter& p = *handle->params[0];
     const std::vector<int64_t> meta = ctx->saved_data["vocab"].toIntVector();
     const Vocabulary v{meta[0], meta[1], meta[2]};
-    const int64_t slice_rows = loss_vocab_slice(v.real, meta[3]);
+    const int64_t slice_rows = meta[3];
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
     const at::Tensor scale = grads[0].to(lse.scalar_type());

@@ -15,8 +15,9 @@ namespace trainer::train {
 
 struct StepTimes {
   double data_s = 0, forward_s = 0, backward_s = 0, comm_wait_s = 0, optimizer_s = 0, checkpoint_s = 0;
-  // The same collective waits by group name (comm::CommContext::waits_by_group), over the whole
-  // step including the checkpoint stall it carries: not one of the phases, a split of comm_wait_s.
+  // Collective waits by group name (comm::CommContext::waits_by_group) between two steps' figures:
+  // every wait of comm_wait_s and also those outside the phases (the stop vote, evaluation), so
+  // not one of the phases and at least comm_wait_s in sum.
   std::map<std::string, double> comm_wait_by_group_s;
 
   StepTimes& operator+=(const StepTimes& o) {
