@@ -2,8 +2,13 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "model/layers.h"
 #include "model/parameter.h"
+#include "model/rms_norm.h"
 #include "model_test_util.h"
 
 using namespace trainer;
@@ -77,4 +82,44 @@ TEST_CASE("SwigluMlp is down(silu(gate x) times up x) with Llama or Mixtral name
   CHECK(model_test::max_relative_error(expert.forward(x), reference("experts.0.w1.weight", "experts.0.w3.weight",
                                                                     "experts.0.w2.weight")) < 1e-13);
   CHECK(param(params, "experts.0.w2.weight").sizes().vec() == std::vector<int64_t>{3, 5});
+}
+
+TEST_CASE("ATen's fused RMSNorm on CUDA agrees with rms_norm in bf16 - outputs and gradients", "[model][layers][cuda]") {
+  // ATen's _fused_rms_norm (and its backward) has CUDA kernels only: the candidate for the GPU fast
+  // path. Both against an fp64 reference of the same bf16 values; the weight multiplies in fp32 in
+  // ATen's kernel and after rounding to bf16 in ours (Hugging Face's order), so they differ by
+  // about a bf16 rounding.
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    WARN("no CUDA device: ATen's fused RMSNorm not compared");
+    return;
+  }
+  const auto on_gpu = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0);
+  const int64_t rows = 96, width = 256;
+  const double eps = 1e-5;
+  at::manual_seed(11);
+  const at::Tensor x = at::randn({rows, width}, on_gpu);
+  const at::Tensor w = (at::randn({width}, on_gpu) * 0.1 + 1).detach();
+  const at::Tensor dy = at::randn({rows, width}, on_gpu);
+  // fp64 reference on the CPU.
+  const at::Tensor xr = x.cpu().to(at::kDouble).requires_grad_(true), wr = w.cpu().to(at::kDouble).requires_grad_(true);
+  const at::Tensor yr = wr * (xr * at::rsqrt(xr.pow(2).mean(-1, true) + eps));
+  (yr * dy.cpu().to(at::kDouble)).sum().backward();
+  // Ours.
+  const at::Tensor xo = x.clone().requires_grad_(true), wo = w.clone().requires_grad_(true);
+  const at::Tensor yo = model::rms_norm(xo, wo, eps);
+  (yo * dy).sum().backward();
+  // ATen's.
+  const auto [yf, rstd] = at::_fused_rms_norm(x, {width}, w, eps);
+  const auto [dxf, dwf] = at::_fused_rms_norm_backward(dy, x, {width}, rstd, w, {true, true});
+  CHECK(rstd.scalar_type() == at::kFloat);
+  for (const auto& [name, ours, aten, ref] :
+       std::vector<std::tuple<std::string, at::Tensor, at::Tensor, at::Tensor>>{
+           {"output", yo, yf, yr}, {"input gradient", xo.grad(), dxf, xr.grad()}, {"weight gradient", wo.grad(), dwf, wr.grad()}}) {
+    const double e_ours = model_test::max_relative_error(ours.cpu(), ref.detach());
+    const double e_aten = model_test::max_relative_error(aten.cpu(), ref.detach());
+    INFO(name << ": ours " << e_ours << ", ATen " << e_aten);
+    CHECK(e_ours < 2e-2);
+    CHECK(e_aten < 2e-2);
+    WARN(name << " error vs fp64: ours " << e_ours << ", ATen's fused " << e_aten);
+  }
 }
