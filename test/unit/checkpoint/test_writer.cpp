@@ -1,6 +1,7 @@
 // CheckpointWriter: an asynchronous save holds the values of the moment it was started even when
 // training changes the tensors right after the snapshot fence; one save in flight at a time;
-// `keep` prunes old checkpoints; a failed write is reported and leaves the previous one intact.
+// `keep` prunes old checkpoints; a failed write is reported and leaves the previous one intact;
+// on a GPU the side-stream copy is ordered before the next update.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
@@ -47,6 +48,32 @@ TEST_CASE("an asynchronous save keeps the values from before the next parameter 
   // keep = 2: step 1 is gone.
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/step-00000001"));
   CHECK(std::filesystem::exists(dir.path() + "/step-00000002"));
+}
+
+TEST_CASE("on a GPU the snapshot copies on a side stream before the update may change the tensor", "[checkpoint][cuda]") {
+  // The copy into the pinned buffer runs on a side stream; the update, queued right after
+  // before_parameter_update() on the compute stream, must wait for it on the GPU (no host wait).
+  // 64 Mi floats (256 MB), so that an update not ordered after the copy would overtake it.
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    WARN("no CUDA device: the side-stream snapshot not exercised");
+    return;
+  }
+  test::TempDir dir;
+  at::Tensor t = at::arange(int64_t(1) << 26, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0));
+  const at::Tensor original = t.cpu();
+  WriterOptions options;
+  options.dir = dir.path();
+  options.keep = 2;
+  CheckpointWriter writer(options);
+  for (int64_t step = 1; step <= 2; ++step) {
+    writer.save(content_of(step, t));
+    writer.before_parameter_update();
+    t.mul_(-1.0).add_(0.5);  // the "optimizer step", queued at once behind the copy
+  }
+  writer.wait();
+  const LoadedCheckpoint loaded(dir.path());
+  CHECK(loaded.step() == 2);
+  CHECK(at::equal(loaded.read("t"), -original + 0.5));  // the values of step 2's save: one update applied
 }
 
 TEST_CASE("a failed asynchronous write is reported and the previous checkpoint stays", "[checkpoint]") {
