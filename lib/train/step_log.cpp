@@ -16,6 +16,7 @@
 #include "metrics/gpu_peaks.h"
 #include "metrics/human_format.h"
 #include "metrics/step_metrics.h"
+#include "model/attention_backend.h"
 #include "metrics/throughput.h"
 
 namespace trainer::train {
@@ -111,6 +112,22 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
                   r.training.dtype, mesh_.global_batch_size, r.training.seq_len,
                   count_of(mesh_.grad_accum_steps, "micro-batch", "micro-batches"), r.training.micro_batch_size,
                   optimizer_description));
+  // The attention kernel ATen picks for this rank's heads (issue: which backend runs on a GPU).
+  const int64_t tp = mesh_.tp, cp = mesh_.cp;
+  const bool ulysses = cp > 1 && r.parallel.cp_method == "ulysses";
+  const int64_t split = ulysses ? tp * cp : tp;
+  const int64_t heads = r.model.num_attention_heads / split, kv = std::max<int64_t>(1, r.model.num_key_value_heads / split);
+  if (cp > 1 && !ulysses) {
+    say(fmt::format("attention: ring over cp {} ({} query / {} key-value heads of {} per rank)", cp, heads, kv,
+                    r.model.head_dim));
+  } else {
+    const auto dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+    say(fmt::format("attention: {}scaled_dot_product_attention on ATen's {} kernel ({} query / {} key-value heads of {} "
+                    "per rank, {})",
+                    ulysses ? fmt::format("Ulysses over cp {}, then ", cp) : "",
+                    model::sdpa_backend(device_, dtype, heads, kv, r.model.head_dim), heads, kv, r.model.head_dim,
+                    r.training.dtype));
+  }
   floor_ = dataset.entropy_floor();
   if (floor_) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor_));
 }

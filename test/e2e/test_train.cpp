@@ -43,6 +43,9 @@ TEST_CASE("train: tiny-llama's loss falls toward the printed floor", "[train]") 
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("loss floor of this data: 1.2080 nats/token") != std::string::npos);
+  // Which attention kernel runs (ATen's choice for these heads; on the CPU its flash kernel).
+  CHECK(r.out.find("attention: scaled_dot_product_attention on ATen's flash kernel (4 query / 2 key-value heads of 32 "
+                   "per rank, fp32)") != std::string::npos);
   const auto m = read_jsonl(dir.path() + "/m.jsonl");
   REQUIRE(m.size() == 8);  // logging.interval 5
   const double first = m.front()["loss"], last = m.back()["loss"];
