@@ -80,3 +80,54 @@ TEST_CASE("Attention::forward is o_proj of the core of rope(q_proj x) - rope(k_p
   CHECK(max_relative_error(attention.forward(x_sbh, cos, sin, false).transpose(0, 1), ref) < 1e-12);
   CHECK(max_relative_error(attention.forward(x_sbh, cos, sin, true).transpose(0, 1), ref) < 1e-12);
 }
+
+TEST_CASE("on a GPU the flash and cuDNN attention kernels agree in bf16 - outputs and gradients", "[model][cuda]") {
+  // Attention::core calls scaled_dot_product_attention and ATen picks the kernel (the run prints
+  // which: model/attention_backend.h). Each fused kernel alone, in our layout ([s, b, h, d] viewed
+  // as [b, h, s, d]), causal, against the math kernel in fp32 on the same bf16 values.
+  if (!at::hasCUDA() || at::getNumGPUs() == 0) {
+    WARN("no CUDA device: the fused attention kernels not compared");
+    return;
+  }
+  auto& context = at::globalContext();
+  struct Restore {  // the kernel switches are global: put them back whatever happens
+    at::Context& c;
+    bool flash = c.userEnabledFlashSDP(), cudnn = c.userEnabledCuDNNSDP(), efficient = c.userEnabledMemEfficientSDP(),
+         math = c.userEnabledMathSDP();
+    ~Restore() { c.setSDPUseFlash(flash), c.setSDPUseCuDNN(cudnn), c.setSDPUseMemEfficient(efficient), c.setSDPUseMath(math); }
+  } restore{context};
+  auto only = [&](bool f, bool c, bool m) {
+    context.setSDPUseFlash(f), context.setSDPUseCuDNN(c), context.setSDPUseMemEfficient(false), context.setSDPUseMath(m);
+  };
+  const int64_t s = 512, b = 2, h = 8, d = 64;
+  at::manual_seed(5);
+  const auto on_gpu = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0);
+  const at::Tensor q0 = at::randn({s, b, h, d}, on_gpu), k0 = at::randn({s, b, h, d}, on_gpu),
+                   v0 = at::randn({s, b, h, d}, on_gpu), dy = at::randn({b, h, s, d}, on_gpu);
+  struct Result {
+    at::Tensor y, dq, dk, dv;
+  };
+  auto attend = [&](c10::ScalarType dtype) {
+    at::Tensor q = q0.to(dtype).requires_grad_(true), k = k0.to(dtype).requires_grad_(true),
+               v = v0.to(dtype).requires_grad_(true);
+    const at::Tensor y = at::scaled_dot_product_attention(q.permute({1, 2, 0, 3}), k.permute({1, 2, 0, 3}),
+                                                          v.permute({1, 2, 0, 3}), {}, 0.0, /*is_causal=*/true);
+    (y * dy.to(dtype)).sum().backward();
+    return Result{y.detach().to(at::kFloat).cpu(), q.grad().to(at::kFloat).cpu(), k.grad().to(at::kFloat).cpu(),
+                  v.grad().to(at::kFloat).cpu()};
+  };
+  only(false, false, true);
+  const Result ref = attend(at::kFloat);
+  only(true, false, false);
+  const Result with_flash = attend(at::kBFloat16);
+  only(false, true, false);
+  const Result with_cudnn = attend(at::kBFloat16);
+  for (const auto& [name, r] : {std::pair<const char*, const Result&>{"flash", with_flash}, {"cudnn", with_cudnn}}) {
+    INFO(name);
+    CHECK(max_relative_error(r.y, ref.y) < 2e-2);
+    CHECK(max_relative_error(r.dq, ref.dq) < 3e-2);
+    CHECK(max_relative_error(r.dk, ref.dk) < 3e-2);
+    CHECK(max_relative_error(r.dv, ref.dv) < 3e-2);
+  }
+  CHECK(max_relative_error(with_flash.y, with_cudnn.y) < 2e-2);
+}
