@@ -24,6 +24,11 @@ CATEGORIES = [  # first match wins
 
 def category(name):
     low = name.lower()
+    # ATen's element-wise kernels carry loader and implementation names with "cast" in them
+    # (LoadWithCast, gpu_kernel_impl_nocast) whatever they compute: a mixed-dtype add is an add;
+    # only the copy functors (dtype conversions, contiguous copies) are copies.
+    if "elementwise_kernel" in low:
+        return "copy/cast" if "copy" in low else "elementwise"
     for cat, pattern in CATEGORIES:
         if re.search(pattern, low):
             return cat
