@@ -140,8 +140,23 @@ def learning_rate(a, step):
     return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def recipe_defaults(path):
+    """The model, batch and optimizer of a recipe as `trainer validate --json` resolves it (its
+    "recipe" object, or the object itself), as this script's option defaults."""
+    r = json.load(open(path))
+    r = r.get("recipe", r)
+    m, t, o = r["model"], r["training"], r["optimizer"]
+    return dict(vocab=m["vocab_size"], hidden=m["hidden_size"], intermediate=m["intermediate_size"],
+                layers=m["num_hidden_layers"], heads=m["num_attention_heads"], kv_heads=m["num_key_value_heads"],
+                rope_theta=m["rope_theta"], rms_norm_eps=m["rms_norm_eps"], seq_len=t["seq_len"],
+                micro_batch=t["micro_batch_size"], global_batch=t["global_batch_size"], steps=t["steps"], lr=o["lr"],
+                min_lr=o["min_lr"], warmup_steps=o["warmup_steps"], weight_decay=o["weight_decay"],
+                grad_clip=t["grad_clip"], dtype=t["dtype"], tie=bool(m["tie_word_embeddings"]))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--recipe", help="take the defaults below from `trainer validate --world-size 1 --json` output")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--intermediate", type=int, default=704)
@@ -171,6 +186,9 @@ def main():
     p.add_argument("--profile-steps", type=int, nargs=2, metavar=("FIRST", "LAST"),
                    help="record steps FIRST..LAST (1-based) with torch.profiler into --profile-out")
     p.add_argument("--profile-out", default="reference-trace.json")
+    known, _ = p.parse_known_args()
+    if known.recipe:
+        p.set_defaults(**recipe_defaults(known.recipe))  # options given on the command line still win
     a = p.parse_args()
     if a.global_batch % a.micro_batch:
         p.error("--global-batch must be a multiple of --micro-batch")

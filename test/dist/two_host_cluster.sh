@@ -21,15 +21,11 @@ addr_a="10.231.$id.1" addr_b="10.231.$id.2"
 cpus="$(getconf _NPROCESSORS_ONLN)"
 base=$(( 45000 + RANDOM % 10000 ))
 
+source "$(dirname "${BASH_SOURCE[0]}")/slurm_common.sh"
+
 cleanup() {
   set +e
-  for pidfile in "$work"/slurmd-*.pid "$work/slurmctld.pid" "$work/munge/munged.pid"; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
-  done
-  sleep 0.5
-  for pidfile in "$work"/slurmd-*.pid "$work/slurmctld.pid" "$work/munge/munged.pid"; do
-    [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2>/dev/null
-  done
+  stop_pidfiles "$work"/slurmd-*.pid "$work/slurmctld.pid" "$work/munge/munged.pid"
   # Whatever still runs in the namespaces (job steps of a killed job) goes with them.
   for ns in "$ns_a" "$ns_b"; do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
@@ -88,41 +84,18 @@ on-host B bash -c "exec 3<>/dev/tcp/$name_a/$(cat "$work/log/probe.port")" ||
   { echo "two_host_cluster: host B cannot reach host A" >&2; exit 1; }
 wait
 
-key="$work/munge/munge.key"
-dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
-chmod 400 "$key"
-socket="$work/munge/munge.socket"
-munged --force --key-file="$key" --socket="$socket" --pid-file="$work/munge/munged.pid" \
-  --log-file="$work/log/munged.log" --seed-file="$work/munge/seed"
-
-cat > "$work/slurm.conf" <<CONF
-ClusterName=trainertwo
-SlurmctldHost=$name_a($addr_a)
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort=$base
-SlurmdPort=$((base + 1))
-AuthType=auth/munge
-AuthInfo=socket=$socket
-CredType=cred/munge
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool-%n
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd-%n.pid
-SlurmctldLogFile=$work/log/slurmctld.log
-SlurmdLogFile=$work/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-NodeName=$name_a NodeAddr=$addr_a CPUs=$cpus State=UNKNOWN
-NodeName=$name_b NodeAddr=$addr_b CPUs=$cpus State=UNKNOWN
-PartitionName=debug Nodes=$name_a,$name_b Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
-CONF
+start_munge "$work"
+{
+  echo "ClusterName=trainertwo"
+  echo "SlurmctldHost=$name_a($addr_a)"
+  echo "SlurmdSpoolDir=$work/spool-%n"
+  echo "SlurmdPidFile=$work/slurmd-%n.pid"
+  echo "SlurmdLogFile=$work/log/slurmd-%n.log"
+  slurm_conf_common "$work" "$base"
+  echo "NodeName=$name_a NodeAddr=$addr_a CPUs=$cpus State=UNKNOWN"
+  echo "NodeName=$name_b NodeAddr=$addr_b CPUs=$cpus State=UNKNOWN"
+  echo "PartitionName=debug Nodes=$name_a,$name_b Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
+} > "$work/slurm.conf"
 export SLURM_CONF="$work/slurm.conf"
 mkdir -p "$work/spool-$name_a" "$work/spool-$name_b"
 
