@@ -196,12 +196,28 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
 }  // namespace
 
+namespace {
+
+// The job as the recipe lays it out. --fused-kernels (options.fused_kernels) times memory-bound work
+// as a third of the unfused ops' (torch.compile, Megatron/TE), so the replay runs the unfused ops
+// then, whatever training.fused_kernels says: the two are not stacked.
+JobLayout layout(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, Device device,
+                 const EstimateOptions& options) {
+  JobLayout job = layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
+  if (options.fused_kernels) job.shape.fused = {};
+  return job;
+}
+
+}  // namespace
+
 const MicroBatchModel& ModelCache::get(const RankShape& s) {
   const std::vector<int64_t> key = {s.micro_batch, s.seq, s.hidden, s.q_heads, s.kv_heads, s.head_dim, s.ffn,
                                     s.vocab, s.dtype_bytes, int64_t(s.tied_head), int64_t(s.recompute),
                                     int64_t(s.device), s.cpu_threads, s.tp, int64_t(s.sequence_parallel), s.cp,
                                     int64_t(s.ulysses), s.experts, s.local_experts, s.top_k, s.expert_ffn,
-                                    s.shared_ffn, s.ep, s.expert_rows};
+                                    s.shared_ffn, s.ep, s.expert_rows, int64_t(s.fused.rms_norm),
+                                    int64_t(s.fused.rope), int64_t(s.fused.swiglu), int64_t(s.fused.cross_entropy),
+                                    int64_t(s.fused.grad_accumulation)};
   auto it = models_.find(key);
   if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
   return it->second;
@@ -210,7 +226,7 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
 JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const HardwareProfile* gpu,
                          const EstimateOptions& options, ModelCache* cache) {
   const Device device = gpu ? Device::Gpu : Device::Cpu;
-  const JobLayout job = layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
+  const JobLayout job = layout(recipe, mesh, device, options);
   ModelCache local;
   ModelCache& models = cache ? *cache : local;
   const MicroBatchModel& model = models.get(job.shape);
@@ -263,7 +279,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
 
 void add_step_time(JobEstimate& estimate, const recipe::Recipe& recipe, const HardwareProfile& gpu,
                    const EstimateOptions& options, ModelCache* cache) {
-  const JobLayout job = layout_job(recipe, estimate.mesh, Device::Gpu, options.cpu_threads, options.counts);
+  const JobLayout job = layout(recipe, estimate.mesh, Device::Gpu, options);
   ModelCache local;
   ModelCache& models = cache ? *cache : local;
   fill_time(estimate, recipe, job, models.get(job.shape), gpu, options);

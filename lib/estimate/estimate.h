@@ -23,7 +23,9 @@ namespace trainer::estimate {
 
 struct EstimateOptions {
   int64_t cpu_threads = 1;     // CPU only: intra-op threads (per-thread attention buffers)
-  bool fused_kernels = false;  // time only: memory-bound ops fused as in Megatron/TE or torch.compile
+  // Time memory-bound ops as fused in Megatron/TE or torch.compile: a third of the unfused ops' traffic
+  // (the replay then runs the unfused ops, whatever training.fused_kernels says).
+  bool fused_kernels = false;
   bool compute_time = true;    // false: memory only (faster; plan's first pass)
   const ModelCounts* counts = nullptr;  // count_model(recipe.model, seq_len), when already known
   bool describe_peak = true;   // false: leave the peak_phase texts empty (faster)

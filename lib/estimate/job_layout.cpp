@@ -118,6 +118,14 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.recompute = parse_recompute(t.recompute);
   sh.device = device;
+  if (device == Device::Gpu)
+    for (const auto& k : t.fused_kernels) {
+      sh.fused.rms_norm |= k == "rms_norm";
+      sh.fused.rope |= k == "rope";
+      sh.fused.swiglu |= k == "swiglu";
+      sh.fused.cross_entropy |= k == "cross_entropy";
+      sh.fused.grad_accumulation |= k == "grad_accumulation";
+    }
   sh.cpu_threads = std::max<int64_t>(1, cpu_threads);
   sh.tp = p.tp;
   sh.sequence_parallel = p.sequence_parallel;

@@ -232,9 +232,15 @@ class Replay : public MoeReplay {
     drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
     const Id in = gather_input(hn);  // saved whole by the loss function (sp: the gathered rows)
     const Id lse = alloc(bs * kF32);
+    const bool fused_loss = s_.fused.cross_entropy;
     for (int64_t s = 0; s < bs; s += chunk) {
       const int64_t c = std::min(chunk, bs - s);
       Id logits = gemm(c, V, H());
+      if (fused_loss) {  // kernels/cross_entropy: the statistics read from the logits as they are
+        drop(ew(3 * c * kF32, double(c * V * e_) / double(3 * c * kF32)));
+        drop(logits);
+        continue;
+      }
       if (e_ != kF32) {
         const Id up = ew(c * V * kF32);
         drop(logits);
@@ -254,9 +260,29 @@ class Replay : public MoeReplay {
     const int64_t slice = model::loss_vocab_slice(V, H());
     const bool cpu = s_.device == Device::Cpu;
     const Id sum = ew(bs * H() * kF32, 0);  // zeros: the input gradient's fp32 sum
+    const bool fused_sums = s_.fused.grad_accumulation && e_ != kF32;
     for (int64_t s = 0; s < V; s += slice) {
       const int64_t c = std::min(slice, V - s);
       Id g = gemm(bs, c, H());
+      if (fused_loss) {
+        // kernels/cross_entropy turns the logits into their gradient in place; the two products go
+        // into the fp32 sums by the GEMMs (fused accumulation) or as pieces added after.
+        in_place(bs * c * e_, 1);
+        if (e_ == kF32) {
+          gemm_in_place(bs, H(), c);
+          gemm_in_place(c, H(), bs);
+        } else if (fused_sums) {
+          gemm_into_f32(bs, H(), c);
+          gemm_into_f32(c, H(), bs);
+        } else {
+          drop(gemm(bs, H(), c));
+          in_place(bs * H() * kF32, 1);
+          drop(gemm(c, H(), bs));
+          in_place(c * H() * kF32, 1);
+        }
+        drop(g);
+        continue;
+      }
       if (e_ != kF32) {
         const Id up = ew(bs * c * kF32);
         drop(g);

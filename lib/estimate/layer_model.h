@@ -47,6 +47,11 @@ struct RankShape {
   int64_t ep = 1;
   int64_t etp = 1;            // expert tensor parallelism: the rows of the etp group are gathered
   int64_t expert_rows = 0;    // (token, expert) rows the ep exchange brings this rank per micro-batch
+  // The fused GPU kernels the run uses (training.fused_kernels, model/fused_kernels.h); all off on
+  // a CPU device, where the unfused ops run.
+  struct Fused {
+    bool rms_norm = false, rope = false, swiglu = false, cross_entropy = false, grad_accumulation = false;
+  } fused;
 
   int64_t tokens() const { return micro_batch * seq; }
   // Tokens of the norm/residual region: split across tp ranks with sequence parallelism.

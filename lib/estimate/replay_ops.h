@@ -39,6 +39,11 @@ class ReplayOps {
   void gemm_in_place(int64_t m, int64_t n, int64_t k) {
     t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + 2 * m * n) * e_)});
   }
+  // The product of model-dtype operands added by the GEMM into an fp32 tensor (cuBLAS with an
+  // fp32 output and beta 1): reads and writes the fp32 output, no new memory.
+  void gemm_into_f32(int64_t m, int64_t n, int64_t k) {
+    t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n) * e_ + 2 * m * n * kF32)});
+  }
   // Records a collective; returns its index for behind().
   size_t comm(CommKind kind, CommGroup group, int64_t bytes, bool overlapped = false) {
     t_.costs().comms.push_back(CommOp{kind, group, double(bytes), overlapped, {}});
@@ -82,13 +87,20 @@ class ReplayOps {
   // into the persistent .grad (AccumulateGrad adds in place, then frees it); the input gradient
   // is new. `saved` is the input the linear holds, released after.
   Id linear_backward(Id g, int64_t m, int64_t n, int64_t k, Id saved, bool drop_grad = true) {
-    const Id gw = gemm(n, k, m);  // dW = g^T x
     const Id gx = gemm(m, k, n);  // dx = g W
+    weight_grad(n, k, m);         // dW = g^T x
     if (drop_grad) drop(g);
     drop(saved);
+    return gx;
+  }
+  // A weight gradient dW [n, k] = g^T [n, m] x [m, k] added into the parameter's gradient: a new
+  // tensor added in (AccumulateGrad / accumulate_gradient), or, with the fused gradient
+  // accumulation of a bf16 model, the GEMM itself adding into the fp32 main_grad (no temporary).
+  void weight_grad(int64_t n, int64_t k, int64_t m) {
+    if (s_.fused.grad_accumulation && e_ != kF32) return gemm_into_f32(n, k, m);
+    const Id gw = gemm(n, k, m);
     t_.costs().memory_bytes += 3.0 * double(n * k * e_);  // .grad += dW
     drop(gw);
-    return gx;
   }
 
   // Backward of column_parallel_linear (parallel_linear.cpp): outputs of `widths` columns from
@@ -119,10 +131,7 @@ class ReplayOps {
     const size_t reduction =
         reduce ? comm(sp() ? CommKind::ReduceScatter : CommKind::AllReduce, CommGroup::Tp, rows * k * e_) : 0;
     const size_t dw_mark = gemm_mark();
-    for (const int64_t n : widths) {
-      drop(gemm(n, k, rows));                               // dW_i = g_i^T x
-      t_.costs().memory_bytes += 3.0 * double(n * k * e_);  // .grad += dW_i
-    }
+    for (const int64_t n : widths) weight_grad(n, k, rows);  // dW_i = g_i^T x
     if (reduce) behind(reduction, dw_mark);
     for (const Id g : gs) drop(g);
     drop(saved);
@@ -141,17 +150,40 @@ class ReplayOps {
     Id x32 = Timeline::kNone, normed = Timeline::kNone;  // autograd's graph (not lean)
     int64_t tokens = 0;
     bool lean = false;
+    bool fused = false;  // ATen's fused RMSNorm (fused_ops.cpp): saves x and rstd like lean
   };
-  // Lean layers (recompute policy selective) run the norm function; the others autograd's graph.
+  // Lean layers (recompute policy selective) run the norm function; the others autograd's graph;
+  // with the fused kernel, ATen's fused norm either way.
   Id norm_forward(Id x, int64_t tokens, NormSaved& saved) {
     saved.lean = lean();
+    saved.fused = s_.fused.rms_norm;
+    if (saved.fused) {
+      saved.tokens = tokens;
+      saved.x = x;
+      hold(x);
+      return norm_kernels(tokens, &saved.rs);
+    }
     return saved.lean ? norm_forward_lean(x, tokens, saved) : norm_forward_graph(x, tokens, saved);
   }
   // Returns the gradient of x (g is consumed). With `resid` (the residual stream's gradient
   // buffer) the result is accumulated into it in place, as autograd's input buffer does, and
   // `resid` is returned.
   Id norm_backward(Id g, const NormSaved& saved, Id resid) {
+    if (saved.fused) return norm_backward_fused(g, saved, resid);
     return saved.lean ? norm_backward_lean(g, saved, resid) : norm_backward_graph(g, saved, resid);
+  }
+  // _fused_rms_norm_backward: dx in one pass over g and x, the weight's gradient in another.
+  Id norm_backward_fused(Id g, const NormSaved& saved, Id resid) {
+    const int64_t n = saved.tokens * H();
+    const Id gx = ew(n * e_, 2);
+    const Id gw = ew(H() * e_, 2.0 * double(saved.tokens));  // g and x read again, summed over rows
+    drop(gw);
+    drop(g);
+    drop(saved.rs);
+    drop(saved.x);
+    if (resid == Timeline::kNone) return gx;
+    accumulate(resid, gx);
+    return resid;
   }
   // x^2, its mean, + eps, rsqrt over `tokens` rows: returns the fp32 rsqrt [tokens].
   Id rsqrt_rows(int64_t tokens) {
@@ -177,6 +209,10 @@ class ReplayOps {
   }
   Id norm_kernels(int64_t tokens, Id* rs) {
     const int64_t n = tokens * H();
+    if (s_.fused.rms_norm) {  // one kernel: the output and the fp32 rstd per row
+      *rs = alloc(tokens * kF32);
+      return ew(n * e_, 1);
+    }
     const Id x32 = e_ == kF32 ? Timeline::kNone : ew(n * kF32);
     *rs = rsqrt_rows(tokens);
     const Id normed = cast_unless_f32(ew(n * kF32, 2), n, e_);
@@ -291,6 +327,11 @@ class ReplayOps {
   // --- rotary (rotary.cpp): x * cos + cat(-x2, x1) * sin; cos and sin need no gradient, so the
   //     muls save only them and the input is freed once rotated -----------------------------------
   Id rope_forward(Id x, int64_t bytes) {
+    if (s_.fused.rope) {  // kernels/rope: one pass, the output contiguous
+      const Id out = ew(bytes, 1);
+      drop(x);
+      return out;
+    }
     const Id xc = ew(bytes, 2);
     const Id neg = ew(bytes / 2);
     const Id cat = ew(bytes);
@@ -304,6 +345,11 @@ class ReplayOps {
     return out;
   }
   Id rope_backward(Id g, int64_t bytes) {
+    if (s_.fused.rope) {
+      const Id r = ew(bytes, 1);
+      drop(g);
+      return r;
+    }
     const Id a = ew(bytes, 2);      // g * sin
     const Id b = ew(bytes / 2);     // neg
     const Id c = ew(bytes);         // slice backward
@@ -552,31 +598,44 @@ class ReplayOps {
     hold(saved);  // gate and up save it once (column_parallel_linear)
     m.gate = gemm(rows, width, H());
     m.up = gemm(rows, width, H());
-    const Id silu = ew(rows * width * e_);
-    const Id product = ew(rows * width * e_, 2);
-    drop(silu);
+    const Id product = swiglu_product(rows * width * e_);
     const Id out = gemm(rows, H(), width);
     drop(product);
     return out;
   }
-  Id mlp_backward_lean(Id g, MlpSaved& m, bool reduce) {
-    const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
-    // The down projection's weight gradient first, from the product computed again.
-    const Id silu2 = ew(act);
+  // silu(gate) * up: a silu temporary and the product, or one pass of kernels/swiglu.
+  Id swiglu_product(int64_t act) {
+    if (s_.fused.swiglu) return ew(act, 2);
+    const Id silu = ew(act);
     const Id product = ew(act, 2);
-    drop(silu2);
-    const Id gw = gemm(H(), width, rows);
-    t_.costs().memory_bytes += 3.0 * double(H() * width * e_);  // .grad += dW
-    drop(gw);
-    drop(product);
-    const Id gprod = gemm(rows, width, H());  // g W_down
-    // d up = g * silu(gate) (silu again, a temporary), d gate = silu_backward(g * up, gate).
+    drop(silu);
+    return product;
+  }
+  // d gate and d up from the product's gradient: silu again, two muls and silu's backward, or one
+  // pass of kernels/swiglu reading g, gate and up.
+  std::pair<Id, Id> swiglu_grads(int64_t act) {
+    if (s_.fused.swiglu) {
+      const Id ggate = ew(act, 1.5);
+      const Id gup = ew(act, 1.5);
+      return {ggate, gup};
+    }
     const Id silu = ew(act);
     const Id gup = ew(act, 2);
     drop(silu);
     const Id t = ew(act, 2);
     const Id ggate = ew(act, 2);
     drop(t);
+    return {ggate, gup};
+  }
+  Id mlp_backward_lean(Id g, MlpSaved& m, bool reduce) {
+    const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
+    // The down projection's weight gradient first, from the product computed again.
+    const Id product = swiglu_product(act);
+    weight_grad(H(), width, rows);
+    drop(product);
+    const Id gprod = gemm(rows, width, H());  // g W_down
+    // d up = g * silu(gate) (silu again, a temporary), d gate = silu_backward(g * up, gate).
+    const auto [ggate, gup] = swiglu_grads(act);
     drop(gprod);
     drop(m.gate);
     drop(m.up);
@@ -591,7 +650,7 @@ class ReplayOps {
     m.regather = saved != x;
     hold(saved);  // gate and up save it once (column_parallel_linear)
     m.gate = gemm(rows, width, H());
-    m.silu = ew(rows * width * e_);
+    if (!s_.fused.swiglu) m.silu = ew(rows * width * e_);  // the fused function saves gate and up only
     m.up = gemm(rows, width, H());
     m.mul = ew(rows * width * e_, 2);
     return gemm(rows, H(), width);
@@ -599,6 +658,13 @@ class ReplayOps {
   Id mlp_backward_graph(Id g, MlpSaved& m, bool reduce) {
     const int64_t rows = m.rows, width = m.width, act = rows * width * e_;
     const Id gmul = linear_backward(g, rows, H(), width, m.mul, /*drop_grad=*/false);
+    if (s_.fused.swiglu) {
+      const auto [ggate, gup] = swiglu_grads(act);
+      drop(gmul);
+      drop(m.up);
+      drop(m.gate);
+      return column_backward({ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
+    }
     const Id gsilu = ew(act, 2);  // g * up
     const Id gup = ew(act, 2);    // g * silu
     drop(gmul);
@@ -644,9 +710,7 @@ class ReplayOps {
   Id mlp_nograd(Id x, int64_t rows, int64_t width) {
     const Id gate = gemm(rows, width, H());
     const Id up = gemm(rows, width, H());
-    const Id silu = ew(rows * width * e_);
-    const Id mul = ew(rows * width * e_, 2);
-    drop(silu);
+    const Id mul = swiglu_product(rows * width * e_);
     const Id down = gemm(rows, H(), width);
     drop(mul);
     drop(gate);

@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <tuple>
+
+#include "model/fused_kernels.h"
+#include "model/fused_ops.h"
 #include "model/recompute.h"
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
@@ -9,12 +13,13 @@
 namespace trainer::model {
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config,
-                     TensorParallel tp, ContextParallel cp)
+                     TensorParallel tp, ContextParallel cp, bool fused_rope)
     : tp_(tp),
       cp_(cp),
       local_heads_(config.num_attention_heads / tp.size),
       local_kv_heads_(config.num_key_value_heads / tp.size),
-      head_dim_(config.head_dim) {
+      head_dim_(config.head_dim),
+      fused_rope_(fused_rope) {
   const int64_t h = config.hidden_size, d = config.head_dim;
   q_proj_ = Linear(params, prefix + "q_proj.weight", h, config.num_attention_heads * d, LinearKind::Column, tp);
   k_proj_ = Linear(params, prefix + "k_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
@@ -38,9 +43,18 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   const auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_}, again);
   const int64_t t = qkv[0].size(0), b = qkv[0].size(1);
   // [s, b, heads, d]: rotary over the sequence (dimension 0), then [b, heads, s, d] views for SDPA.
-  const at::Tensor cos4 = cos.view({t, 1, 1, head_dim_}), sin4 = sin.view({t, 1, 1, head_dim_});
-  const at::Tensor q = Rotary::apply(qkv[0].view({t, b, local_heads_, head_dim_}), cos4, sin4).permute({1, 2, 0, 3});
-  const at::Tensor k = Rotary::apply(qkv[1].view({t, b, local_kv_heads_, head_dim_}), cos4, sin4).permute({1, 2, 0, 3});
+  const at::Tensor q_heads = qkv[0].view({t, b, local_heads_, head_dim_});
+  const at::Tensor k_heads = qkv[1].view({t, b, local_kv_heads_, head_dim_});
+  at::Tensor q, k;
+  if (fused_rope_ && fusable(q_heads)) {
+    std::tie(q, k) = fused::rope(q_heads, k_heads, cos, sin);
+  } else {
+    const at::Tensor cos4 = cos.view({t, 1, 1, head_dim_}), sin4 = sin.view({t, 1, 1, head_dim_});
+    q = Rotary::apply(q_heads, cos4, sin4);
+    k = Rotary::apply(k_heads, cos4, sin4);
+  }
+  q = q.permute({1, 2, 0, 3});
+  k = k.permute({1, 2, 0, 3});
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   at::Tensor out;
   if (recompute_core) {

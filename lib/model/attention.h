@@ -14,8 +14,9 @@ namespace trainer::model {
 class Attention {
  public:
   Attention() = default;
+  // fused_rope: q and k rotated by kernels/rope on CUDA (model/fused_kernels.h).
   Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-            ContextParallel cp = {});
+            ContextParallel cp = {}, bool fused_rope = false);
 
   // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
   // the whole sequence. `recompute_core`: keep no attention-core
@@ -33,6 +34,7 @@ class Attention {
   TensorParallel tp_;
   ContextParallel cp_;
   int64_t local_heads_ = 0, local_kv_heads_ = 0, head_dim_ = 0;
+  bool fused_rope_ = false;
 };
 
 }  // namespace trainer::model

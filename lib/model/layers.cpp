@@ -8,6 +8,8 @@
 
 #include "model/linear_function.h"
 #include "model/parallel_linear.h"
+#include "model/fused_kernels.h"
+#include "model/fused_ops.h"
 #include "model/rms_norm.h"
 #include "parallel/tensor/communication.h"
 
@@ -66,11 +68,12 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
   return row_parallel_linear(x, *param_, queue_, TpComm{tp_.group, tp_.sp()});
 }
 
-at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up) const {
+at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up, bool fused) const {
   if (kind_ == LinearKind::Column) throw std::logic_error("forward_swiglu is for a row-parallel or whole linear");
-  if (kind_ == LinearKind::Replicated || tp_.size == 1) return swiglu_down_linear(gate, up, *param_, queue_, TpComm{});
+  if (kind_ == LinearKind::Replicated || tp_.size == 1)
+    return swiglu_down_linear(gate, up, *param_, queue_, TpComm{}, fused);
   require_group(tp_, param_->name);
-  return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+  return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()}, fused);
 }
 
 std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
@@ -112,14 +115,17 @@ at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   return tp_.sp() ? parallel::reduce_scatter_to_sp(partial, *tp_.group) : parallel::reduce_from_tp(partial, *tp_.group);
 }
 
-RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp)
-    : eps_(eps) {
+RmsNorm::RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp,
+                 bool fused)
+    : eps_(eps), fused_(fused) {
   Parameter& p = params.create(name, {hidden}, InitKind::Ones, {}, /*weight_decay=*/false);
   if (tp.sp()) p.grad_group = mesh::GroupKind::TpDpCp;
   weight_ = p.tensor;
 }
 
 at::Tensor RmsNorm::forward(const at::Tensor& x, bool lean) const {
+  // ATen's fused kernel saves x and the reciprocal root only, lean or not.
+  if (fused_ && fusable(x)) return fused::rms_norm(x, weight_, eps_);
   // At least fp32 (bf16 inputs are upcast as in Hugging Face; fp64 stays fp64 for gradient checks).
   if (lean) return rms_norm(x, weight_, eps_);
   // Autograd's graph of the same arithmetic: faster backward on the CPU, more saved.
@@ -130,15 +136,15 @@ at::Tensor RmsNorm::forward(const at::Tensor& x, bool lean) const {
 
 InputAgain RmsNorm::again(const at::Tensor& x) const {
   // x and the weight are what the norm's own function saves: nothing more is kept.
-  return [x = x.detach(), weight = weight_.detach(), eps = eps_] {
+  return [x = x.detach(), weight = weight_.detach(), eps = eps_, use_fused = fused_ && fusable(x)] {
     at::NoGradGuard no_grad;
-    return rms_norm(x, weight, eps);
+    return use_fused ? fused::rms_norm(x, weight, eps) : rms_norm(x, weight, eps);
   };
 }
 
 SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate,
-                     TensorParallel tp, bool mixtral_names)
-    : tp_(tp) {
+                     TensorParallel tp, bool mixtral_names, bool fused)
+    : tp_(tp), fused_(fused) {
   gate_ = Linear(params, prefix + (mixtral_names ? "w1.weight" : "gate_proj.weight"), hidden, intermediate,
                  LinearKind::Column, tp);
   up_ = Linear(params, prefix + (mixtral_names ? "w3.weight" : "up_proj.weight"), hidden, intermediate,
@@ -150,8 +156,9 @@ SwigluMlp::SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hi
 at::Tensor SwigluMlp::forward(const at::Tensor& x, const InputAgain& again, bool lean) const {
   const auto gate_up = Linear::forward_together(x, {&gate_, &up_}, again);
   // Lean: the down projection saves gate and up only and recomputes the product in backward.
-  if (lean) return down_.forward_swiglu(gate_up[0], gate_up[1]);
-  return down_.forward(at::silu(gate_up[0]) * gate_up[1]);
+  const bool use_fused = fused_ && fusable(gate_up[0]);
+  if (lean) return down_.forward_swiglu(gate_up[0], gate_up[1], use_fused);
+  return down_.forward(use_fused ? fused::swiglu(gate_up[0], gate_up[1]) : at::silu(gate_up[0]) * gate_up[1]);
 }
 
 }  // namespace trainer::model

@@ -91,7 +91,8 @@ class Linear {
   at::Tensor forward(const at::Tensor& x) const;
   // forward(silu(gate) * up) saving gate and up instead of the product (model/parallel_linear.h's
   // swiglu_down_linear); a whole or row-parallel linear.
-  at::Tensor forward_swiglu(const at::Tensor& gate, const at::Tensor& up) const;
+  // fused: the product by kernels/swiglu where the tensors allow (model/fused_kernels.h).
+  at::Tensor forward_swiglu(const at::Tensor& gate, const at::Tensor& up, bool fused = false) const;
   // Column-parallel linears over one input, with one tp communication for all of them.
   static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
                                                   const InputAgain& again = {});
@@ -135,7 +136,9 @@ class Embedding {
 class RmsNorm {
  public:
   RmsNorm() = default;
-  RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp = {});
+  // fused: ATen's fused RMSNorm on CUDA (model/fused_kernels.h).
+  RmsNorm(ParameterSet& params, const std::string& name, int64_t hidden, double eps, const TensorParallel& tp = {},
+          bool fused = false);
   // `lean` (recompute policy selective): one function saving x and an rsqrt per row
   // (model/rms_norm.h), the normalised values recomputed in backward; otherwise autograd's graph,
   // which keeps an fp32 copy of x (bf16) and the normalised values but recomputes nothing.
@@ -147,6 +150,7 @@ class RmsNorm {
  private:
   at::Tensor weight_;
   double eps_ = 1e-6;
+  bool fused_ = false;
 };
 
 // SwiGLU MLP: down(silu(gate(x)) * up(x)); Hugging Face names gate_proj/up_proj/down_proj, or
@@ -154,8 +158,9 @@ class RmsNorm {
 class SwigluMlp {
  public:
   SwigluMlp() = default;
+  // fused: the activation product by kernels/swiglu on CUDA (model/fused_kernels.h).
   SwigluMlp(ParameterSet& params, const std::string& prefix, int64_t hidden, int64_t intermediate, TensorParallel tp,
-            bool mixtral_names = false);
+            bool mixtral_names = false, bool fused = false);
   // `again`: x computed again in backward instead of saved by gate and up. `lean` (recompute
   // policy selective): the down projection saves gate and up only and recomputes their product in
   // backward; otherwise silu(gate), the product and both are kept (nothing recomputed).
@@ -164,6 +169,7 @@ class SwigluMlp {
  private:
   Linear gate_, up_, down_;
   TensorParallel tp_;
+  bool fused_ = false;
 };
 
 }  // namespace trainer::model

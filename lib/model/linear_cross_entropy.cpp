@@ -6,8 +6,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 #include <stdexcept>
 
+#include "model/fused_kernels.h"
+#include "model/fused_ops.h"
 #include "model/weight_use.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -57,6 +62,27 @@ at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const
   return g.to(h.scalar_type());
 }
 
+// chunk_logit_grad by kernels/cross_entropy: the logits stay in the model dtype and become their
+// gradient in place. all: the targets of every row; coef: valid * scale per row (fp32).
+at::Tensor fused_chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& lse,
+                                  const ChunkTargets& all, const at::Tensor& coef, int64_t first_column) {
+  at::Tensor g = h.mm(weight.t());
+  const at::Tensor col = all.column.squeeze(1) - first_column;
+  const at::Tensor column = at::where(all.here & (col >= 0) & (col < weight.size(0)), col, -1);
+  fused::cross_entropy_logit_grad_(g, lse, column, coef);
+  return g;
+}
+
+// out += a.mm(b): by the GEMM in fp32 when `fused_accumulation` can take it (fp32 out, bf16 a, b).
+void add_product(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, bool fused_accumulation) {
+  if (a.scalar_type() == out.scalar_type())
+    out.addmm_(a, b);
+  else if (fused_accumulation && out.is_cuda() && out.scalar_type() == at::kFloat && a.scalar_type() == at::kBFloat16)
+    fused::add_mm_(out, a, b);
+  else
+    out.add_(a.mm(b));
+}
+
 // One pass over slices of the vocabulary, each slice's logits for all rows computed again and
 // turned into the slice's rows of the weight gradient (when `weight`: one GEMM, written once)
 // and its part of the input gradient (into *grad_h, when given; summed over the slices in fp32 at
@@ -65,7 +91,7 @@ at::Tensor chunk_logit_grad(const at::Tensor& h, const at::Tensor& weight, const
 // directly when installed.
 void backward_by_slices(Parameter& p, const at::Tensor& h, const at::Tensor& lse, const at::Tensor& targets,
                         const Vocabulary& v, const at::Tensor& scale, int64_t slice_rows, at::Tensor* grad_h,
-                        bool weight) {
+                        bool weight, const FusedKernels& kernels) {
   at::NoGradGuard no_grad;
   const WeightUse use(p);
   if (weight && p.grad_buffer) p.grad_buffer();
@@ -74,23 +100,23 @@ void backward_by_slices(Parameter& p, const at::Tensor& h, const at::Tensor& lse
   // place), else fp32 beside it.
   at::Tensor sum_h;
   if (grad_h) sum_h = at::zeros_like(h, h.options().dtype(lse.scalar_type()));
+  const bool use_kernel = kernels.cross_entropy && fusable(h);
+  std::optional<ChunkTargets> all;
+  at::Tensor coef;
+  if (use_kernel) {
+    all.emplace(targets, v);
+    coef = (all->valid.to(at::kFloat) * scale).contiguous();
+  }
   for (int64_t s = 0; s < v.real; s += slice_rows) {
     const int64_t c = std::min(slice_rows, v.real - s);
     const at::Tensor w = use.get().narrow(0, s, c);
     const Vocabulary slice{v.begin + s, c, v.ignore};
-    const at::Tensor g = chunk_logit_grad(h, w, lse, targets, slice, scale);  // [rows, c]
-    if (grad_h) {
-      if (g.scalar_type() == sum_h.scalar_type())
-        sum_h.addmm_(g, w);
-      else
-        sum_h.add_(g.mm(w));
-    }
+    const at::Tensor g = use_kernel ? fused_chunk_logit_grad(h, w, lse, *all, coef, s)
+                                    : chunk_logit_grad(h, w, lse, targets, slice, scale);  // [rows, c]
+    if (grad_h) add_product(sum_h, g, w, kernels.grad_accumulation);
     if (weight) {
       at::Tensor rows = into.narrow(0, s, c);
-      if (g.scalar_type() == rows.scalar_type())
-        rows.addmm_(g.t(), h);
-      else
-        rows.add_(g.t().mm(h));
+      add_product(rows, g.t(), h, kernels.grad_accumulation);
     }
   }
   if (grad_h) *grad_h = sum_h.scalar_type() == h.scalar_type() ? sum_h : sum_h.to(h.scalar_type());
@@ -107,7 +133,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight_leaf,
                             c10::intrusive_ptr<WeightHandle> handle, const at::Tensor& targets, int64_t vocab_begin,
                             int64_t vocab_end, int64_t ignore_index, c10::intrusive_ptr<parallel::GroupHandle> tp,
-                            int64_t chunk_rows) {
+                            int64_t chunk_rows, std::vector<std::string> kernel_names) {
     (void)weight_leaf;
     const WeightUse use(*handle->params[0]);
     const int64_t local = use.get().size(0);
@@ -117,8 +143,29 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t n = h.size(0);
     at::Tensor lse = at::empty({n}, h.options().dtype(fp));
     at::Tensor total = at::zeros({}, h.options().dtype(fp));
+    const bool use_kernel = FusedKernels::from_names(kernel_names).cross_entropy && fusable(h) && v.real > 0;
     for (int64_t s = 0; s < n; s += chunk_rows) {
       const int64_t c = std::min(chunk_rows, n - s);
+      if (use_kernel) {
+        // The same statistics from the logits in the model dtype; sums of exponentials relative
+        // to this rank's maximum, rescaled to the maximum over tp before they are summed.
+        const at::Tensor logits = h.narrow(0, s, c).mm(weight.t());
+        const ChunkTargets t(targets.narrow(0, s, c), v);
+        const auto stats = fused::cross_entropy_row_stats(logits, at::where(t.here, t.column.squeeze(1), -1));
+        at::Tensor row_max = stats.max;
+        at::Tensor packed = at::stack({stats.sum_exp, stats.target_logit});
+        if (tp) {
+          at::Tensor global_max = row_max.clone();
+          tp->group->all_reduce(global_max, comm::ReduceOp::Max)->wait();
+          packed[0].mul_((row_max - global_max).exp_());
+          row_max = global_max;
+          tp->group->all_reduce(packed, comm::ReduceOp::Sum)->wait();
+        }
+        const at::Tensor lse_c = row_max + packed[0].log();
+        lse.narrow(0, s, c).copy_(lse_c);
+        total.add_(at::where(t.valid, lse_c - packed[1], at::zeros_like(lse_c)).sum());
+        continue;
+      }
       const at::Tensor logits = chunk_logits(h.narrow(0, s, c), weight, fp);
       const ChunkTargets t(targets.narrow(0, s, c), v);
       at::Tensor row_max = v.real > 0 ? std::get<0>(logits.max(1))
@@ -139,6 +186,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     // Backward's slices follow the local rows, padding included, as the forward chunks and the
     // estimator's replay do.
     ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, loss_vocab_slice(local, h.size(1))};
+    ctx->saved_data["kernels"] = kernel_names;
     ctx->save_for_backward({h, targets, lse});
     return total;
   }
@@ -152,6 +200,9 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
     const at::Tensor scale = grads[0].to(lse.scalar_type());
+    std::vector<std::string> names;
+    for (const auto& n : ctx->saved_data["kernels"].toListRef()) names.push_back(n.toStringRef());
+    const FusedKernels kernels = FusedKernels::from_names(names);
     // The weight's gradient in the same pass as the input's, unless zero-bubble defers it: then
     // its own pass later, computing the slices' logits once more.
     const bool weight = ctx->needs_input_grad(1);
@@ -159,12 +210,12 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     at::Tensor grad_h;
     if (ctx->needs_input_grad(0) || (weight && !defer))
       backward_by_slices(p, h, lse, targets, v, scale, slice_rows, ctx->needs_input_grad(0) ? &grad_h : nullptr,
-                         weight && !defer);
+                         weight && !defer, kernels);
     if (defer)
-      handle->queue->submit([&p, h, lse, targets, v, scale, slice_rows] {
-        backward_by_slices(p, h, lse, targets, v, scale, slice_rows, nullptr, true);
+      handle->queue->submit([&p, h, lse, targets, v, scale, slice_rows, kernels] {
+        backward_by_slices(p, h, lse, targets, v, scale, slice_rows, nullptr, true, kernels);
       });
-    return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}};
+    return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -172,7 +223,8 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
 
 at::Tensor linear_cross_entropy_sum(const at::Tensor& h, Parameter& weight, WeightGradQueue* queue,
                                     const at::Tensor& targets, int64_t vocab_begin, int64_t vocab_end,
-                                    int64_t ignore_index, comm::Communicator* tp, int64_t chunk_rows) {
+                                    int64_t ignore_index, comm::Communicator* tp, int64_t chunk_rows,
+                                    const FusedKernels& kernels) {
   if (h.dim() != 2 || targets.dim() != 1 || targets.size(0) != h.size(0))
     throw std::logic_error("linear_cross_entropy_sum: h must be [N, H] and targets [N]");
   if (chunk_rows < 1) throw std::logic_error("linear_cross_entropy_sum: chunk_rows must be at least 1");
@@ -180,7 +232,8 @@ at::Tensor linear_cross_entropy_sum(const at::Tensor& h, Parameter& weight, Weig
   return ChunkedLinearCrossEntropy::apply(
       h, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue), targets,
       vocab_begin, vocab_end, ignore_index,
-      split ? c10::make_intrusive<parallel::GroupHandle>(tp) : c10::intrusive_ptr<parallel::GroupHandle>(), chunk_rows);
+      split ? c10::make_intrusive<parallel::GroupHandle>(tp) : c10::intrusive_ptr<parallel::GroupHandle>(), chunk_rows,
+      kernels.names());
 }
 
 }  // namespace trainer::model

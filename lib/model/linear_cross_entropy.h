@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
+#include "model/fused_kernels.h"
 #include "model/loss_chunks.h"
 #include "model/parameter.h"
 #include "model/weight_grad_queue.h"
@@ -26,9 +27,12 @@ namespace trainer::model {
 // targets: int64 [N], global ids. Logits are computed in fp32 at least. `tp` (null: one rank)
 // reduces the softmax over the vocabulary pieces. The result, a 0-dim tensor of at least fp32, is
 // the same on every rank of tp. The weight's gradient goes into the parameter
-// (model::accumulate_gradient, once per call), deferred with `queue` when it defers.
+// (model::accumulate_gradient, once per call), deferred with `queue` when it defers. `kernels`:
+// cross_entropy computes the softmax statistics and logit gradients by kernels/cross_entropy and
+// grad_accumulation sums the bf16 products into fp32 by the GEMMs (fusable h only).
 at::Tensor linear_cross_entropy_sum(const at::Tensor& h, Parameter& weight, WeightGradQueue* queue,
                                     const at::Tensor& targets, int64_t vocab_begin, int64_t vocab_end,
-                                    int64_t ignore_index, comm::Communicator* tp, int64_t chunk_rows);
+                                    int64_t ignore_index, comm::Communicator* tp, int64_t chunk_rows,
+                                    const FusedKernels& kernels = {});
 
 }  // namespace trainer::model

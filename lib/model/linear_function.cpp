@@ -46,7 +46,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
       grad_x = go.mm(w.get()).view(x.sizes());
     }
     if (ctx->needs_input_grad(1))
-      weight_gradient(handle->queue, [go, x, &p] { accumulate_gradient(p, go.t().mm(x.reshape({-1, x.size(-1)}))); });
+      weight_gradient(handle->queue,
+                      [go, x, &p] { accumulate_gradient_mm(p, go.t(), x.reshape({-1, x.size(-1)})); });
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

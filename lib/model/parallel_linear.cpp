@@ -4,6 +4,7 @@
 
 #include <tuple>
 
+#include "model/fused_ops.h"
 #include "model/weight_use.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -119,7 +120,7 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
       if (!grads[i].defined() || !ctx->needs_input_grad(1 + i)) continue;
       Parameter& p = *handle->params[i];
       weight_gradient(handle->queue,
-                      [go = rows_of(grads[i]), in = rows_of(total), &p] { accumulate_gradient(p, go.t().mm(in)); });
+                      [go = rows_of(grads[i]), in = rows_of(total), &p] { accumulate_gradient_mm(p, go.t(), in); });
     }
     variable_list result(1 + n + 4);
     if (reduce) {
@@ -157,23 +158,29 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
     }
     if (ctx->needs_input_grad(1))
       weight_gradient(handle->queue,
-                      [g = rows_of(go), in = rows_of(x), &p] { accumulate_gradient(p, g.t().mm(in)); });
+                      [g = rows_of(go), in = rows_of(x), &p] { accumulate_gradient_mm(p, g.t(), in); });
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// silu(gate) * up, by kernels/swiglu when `fused`.
+at::Tensor swiglu_product(const at::Tensor& gate, const at::Tensor& up, bool use_fused) {
+  return use_fused ? fused::swiglu_product(gate, up) : at::silu(gate) * up;
+}
 
 struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
   // `group` null: one rank (no reduction).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
                             const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
-                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel) {
+                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel, bool fused) {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
+    ctx->saved_data["fused"] = fused;
     ctx->save_for_backward({gate, up});
     const WeightUse w(*handle->params[0]);
-    const at::Tensor product = at::silu(gate) * up;
+    const at::Tensor product = swiglu_product(gate, up, fused);
     at::Tensor partial = rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
     return group ? sum_row_parallel(std::move(partial), *group->group, sequence_parallel) : partial;
   }
@@ -189,9 +196,10 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     // The weight gradient first (unless deferred): its recomputed product is freed before the
     // input gradient's temporaries exist. silu(gate) is computed for each use rather than held
     // across both (a [tokens, I] buffer at the backward's peak).
+    const bool use_fused = ctx->saved_data["fused"].toBool();
     if (ctx->needs_input_grad(2))
-      weight_gradient(handle->queue, [g = rows_of(go), gate, up, &p] {
-        accumulate_gradient(p, g.t().mm(rows_of(at::silu(gate) * up)));
+      weight_gradient(handle->queue, [g = rows_of(go), gate, up, use_fused, &p] {
+        accumulate_gradient_mm(p, g.t(), rows_of(swiglu_product(gate, up, use_fused)));
       });
     at::Tensor grad_gate, grad_up;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
@@ -200,9 +208,10 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
         const WeightUse w(p);
         grad_product = rows_of(go).mm(w.get()).view(gate.sizes());
       }
-      std::tie(grad_gate, grad_up) = swiglu_backward(grad_product, gate, up);
+      std::tie(grad_gate, grad_up) =
+          use_fused ? fused::swiglu_backward(grad_product, gate, up) : swiglu_backward(grad_product, gate, up);
     }
-    return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -216,11 +225,11 @@ std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& grad, const 
 }
 
 at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Parameter& weight, WeightGradQueue* queue,
-                              TpComm tp) {
+                              TpComm tp, bool fused) {
   return SwigluDownLinear::apply(gate, up, weight.tensor,
                                  c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
                                  tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
-                                 tp.sequence_parallel);
+                                 tp.sequence_parallel, fused);
 }
 
 std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,

@@ -46,9 +46,10 @@ at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGra
 // up: the product is recomputed in backward (for the weight gradient) instead of kept from
 // forward. Row-parallel like row_parallel_linear when tp.group is set (sizes as there, gate and
 // up [s, b, I / tp]); one rank otherwise. Values and gradients equal the unfused autograd graph's
-// bit for bit (the same kernels in the same order).
+// bit for bit (the same kernels in the same order), unless `fused`: the product and its backward by
+// kernels/swiglu (fusable tensors only; model/fused_kernels.h), one rounding per element.
 at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Parameter& weight, WeightGradQueue* queue,
-                              TpComm tp);
+                              TpComm tp, bool fused = false);
 
 // The gradients of silu(gate) * up for the product's gradient `grad` (as autograd computes them):
 // {d gate, d up}.

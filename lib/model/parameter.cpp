@@ -1,5 +1,6 @@
 #include "model/parameter.h"
 
+#include "model/fused_ops.h"
 #include "model/tensor_storage.h"
 
 #include <ATen/ATen.h>
@@ -77,6 +78,17 @@ void accumulate_gradient(Parameter& p, const at::Tensor& grad) {
     current.add_(grad);
   else
     current = grad.detach();
+}
+
+void accumulate_gradient_mm(Parameter& p, const at::Tensor& a, const at::Tensor& b) {
+  if (p.fused_grad_accumulation && p.main_grad.defined() && p.main_grad.scalar_type() == at::kFloat && a.is_cuda() &&
+      a.scalar_type() == at::kBFloat16) {
+    if (p.grad_buffer) p.grad_buffer();
+    fused::add_mm_(p.main_grad, a, b);
+    if (p.grad_ready) p.grad_ready();
+    return;
+  }
+  accumulate_gradient(p, a.mm(b));
 }
 
 at::Tensor global_initial_value(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,

@@ -68,6 +68,8 @@ struct Parameter {
   // (fp32 for bf16 parameters by default); every contribution is added into it and then
   // grad_ready() is called, so the bucket knows when its last gradient of the step has arrived.
   at::Tensor main_grad;
+  // Weight-gradient GEMMs write into an fp32 main_grad directly (FusedKernels::grad_accumulation).
+  bool fused_grad_accumulation = false;
   std::function<void()> grad_ready;
   // ZeRO-2: the bucket's buffer exists only while it accumulates; call grad_buffer() (when set)
   // before adding a contribution to main_grad, which it makes a view of a live buffer.
@@ -92,6 +94,10 @@ struct Parameter {
 // Adds one gradient contribution of `p` (the shape of its local slice): into main_grad and
 // grad_ready() when buffers are installed, otherwise into tensor.grad() (set on the first one).
 void accumulate_gradient(Parameter& p, const at::Tensor& grad);
+
+// accumulate_gradient(p, a.mm(b)), with the product accumulated into an fp32 main_grad by the GEMM
+// itself when p.fused_grad_accumulation and a, b are bf16 on CUDA (model/fused_kernels.h).
+void accumulate_gradient_mm(Parameter& p, const at::Tensor& a, const at::Tensor& b);
 
 // What happens at the boundaries of forward units (ParameterSet::set_unit_hooks).
 struct UnitHooks {

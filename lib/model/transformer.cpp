@@ -22,17 +22,20 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-                           ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale)
+                           ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
+                           const FusedKernels& kernels)
     : aux_loss_scale_(aux_loss_scale), z_loss_scale_(z_loss_scale) {
   const std::string prefix = fmt::format("model.layers.{}.", index);
-  input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
-  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp);
-  post_attention_norm_ =
-      RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp);
+  input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp,
+                        kernels.rms_norm);
+  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp, kernels.rope);
+  post_attention_norm_ = RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size,
+                                 config.rms_norm_eps, tp, kernels.rms_norm);
   if (config.is_moe_layer(index))
     moe_.emplace(params, prefix + "block_sparse_moe.", config, tp, ep);
   else
-    mlp_.emplace(params, prefix + "mlp.", config.hidden_size, config.intermediate_size, tp);
+    mlp_.emplace(params, prefix + "mlp.", config.hidden_size, config.intermediate_size, tp, /*mixtral_names=*/false,
+                 kernels.swiglu);
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const at::Tensor& cos,
@@ -73,13 +76,14 @@ Transformer::Transformer(const ModelOptions& options)
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
       const size_t layer_begin = params_.all().size();
       layers_.emplace_back(params_, i, c, options.tp, options.cp, options.ep, options.aux_loss_scale,
-                           options.z_loss_scale);
+                           options.z_loss_scale, options.kernels);
       layer_index_.push_back(i);
       for (size_t p = layer_begin; p < params_.all().size(); ++p) params_.all()[p].unit = 1 + i;
     }
     const size_t head_begin = params_.all().size();
     if (chunk.head) {
-      final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp);
+      final_norm_ = RmsNorm(params_, "model.norm.weight", c.hidden_size, c.rms_norm_eps, options.tp,
+                            options.kernels.rms_norm);
       if (c.tie_word_embeddings && chunks_.front().embedding) {
         lm_head_ = Linear(params_, embed_.parameter(), options.tp);
       } else if (c.tie_word_embeddings) {
@@ -99,6 +103,7 @@ Transformer::Transformer(const ModelOptions& options)
   bool head_here = false;
   for (const auto& chunk : chunks_) head_here = head_here || chunk.head;
   if (c.tie_word_embeddings && chunks_.front().embedding && !head_here) embed_.parameter().tied_across_stages = true;
+  for (auto& p : params_.all()) p.fused_grad_accumulation = options.kernels.grad_accumulation;
   rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
   if (c.moe && c.moe->bias_update_rate > 0) {
     routing_bias_ = std::make_unique<RoutingBias>(c.moe->layers, c.moe->num_local_experts, options.device);
@@ -232,7 +237,8 @@ at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, For
   const int64_t vocab_begin = head.shards.empty() ? 0 : head.shards.front().offset;
   out->loss_sum = linear_cross_entropy_sum(rows, head, lm_head_.queue(), flat_targets, vocab_begin,
                                            options_.config.vocab_size, kIgnoreIndex, tp.size > 1 ? tp.group : nullptr,
-                                           loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)));
+                                           loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)),
+                                           options_.kernels);
   out->tokens = targets.numel();
   params_.after_forward(head_unit());
   // The loss is the head's output: its backward may come after other micro-batches' (gpipe).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/fused_kernels.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "model/routing_bias.h"
@@ -48,6 +49,8 @@ struct ModelOptions {
   TensorParallel tp;
   ContextParallel cp;
   ExpertParallel ep;
+  // Fused GPU kernels to use where tensors allow (model/fused_kernels.h); none by default.
+  FusedKernels kernels;
   // The weight of each MoE layer's load-balancing loss in the step's loss (router_aux_loss_coef /
   // (micro-batches x dp)); its gradient enters backward at the layer's output (aux_loss_scaler.h).
   // 0: the losses are only reported.
@@ -65,7 +68,8 @@ struct ForwardOutput {
 class DecoderLayer {
  public:
   DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-               ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale);
+               ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
+               const FusedKernels& kernels = {});
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
   // token_keys: the MoE layer's order of this rank's tokens (Moe::forward). lean (recompute policy
   // selective): norms that save their input only, norm outputs and the MLP's activation product

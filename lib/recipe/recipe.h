@@ -106,6 +106,8 @@ struct TrainingConfig {
   std::string dtype = "bf16";
   std::string recompute = "none";
   double grad_clip = 1.0;
+  // Fused GPU kernels used on CUDA (model/fused_kernels.h); the recipe's default is all of them.
+  std::vector<std::string> fused_kernels{"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
 };
 
 struct OptimizerConfig {

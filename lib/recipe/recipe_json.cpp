@@ -147,6 +147,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   t.dtype = get<std::string>(d, "training.dtype");
   t.recompute = get<std::string>(d, "training.recompute");
   t.grad_clip = get<double>(d, "training.grad_clip");
+  t.fused_kernels = at(d, "training.fused_kernels").get<std::vector<std::string>>();
 
   auto& o = r.optimizer;
   o.name = get<std::string>(d, "optimizer.name");
@@ -254,7 +255,8 @@ json recipe_to_json(const Recipe& r) {
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},
         {"global_batch_size", optional_json(t.global_batch_size)}, {"steps", t.steps}, {"seed", t.seed},
-        {"dtype", t.dtype}, {"recompute", t.recompute}, {"grad_clip", t.grad_clip}}},
+        {"dtype", t.dtype}, {"recompute", t.recompute}, {"grad_clip", t.grad_clip},
+        {"fused_kernels", t.fused_kernels}}},
       {"optimizer",
        {{"name", o.name}, {"lr", o.lr}, {"min_lr", o.min_lr}, {"warmup_steps", o.warmup_steps}, {"decay", o.decay},
         {"betas", {o.beta1, o.beta2}}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}},

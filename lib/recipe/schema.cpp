@@ -212,6 +212,18 @@ std::vector<KeySpec> build_schema() {
                          "attention core and the norms) or full (whole layers)."),
                      {"none", "core_attention", "selective", "full"}));
   s.push_back(at_least(key("training.grad_clip", K::Number, 1.0, "Clip the global gradient norm to this; 0: off."), 0));
+  {
+    KeySpec fused = key("training.fused_kernels", K::StringList,
+                        json::array({"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"}),
+                        "Fused GPU kernels used on CUDA in place of chains of element-wise ops: rms_norm (ATen's "
+                        "fused RMSNorm), rope (q and k rotated in one launch), swiglu (silu(gate) * up and its "
+                        "backward in one pass each), cross_entropy (the loss's softmax statistics and gradients "
+                        "from the bf16 logits, no fp32 copy), grad_accumulation (weight-gradient GEMMs accumulate "
+                        "into the fp32 gradient directly). [] for ATen's unfused ops; CPU runs use those always.");
+    fused.nullable = false;
+    fused.choices = {"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
+    s.push_back(fused);
+  }
 
   // --- optimizer ---------------------------------------------------------------------------
   s.push_back(section("optimizer", "AdamW and its learning-rate schedule."));

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -127,6 +128,12 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
                     ulysses ? fmt::format("Ulysses over cp {}, then ", cp) : "",
                     model::sdpa_backend(device_, dtype, heads, kv, r.model.head_dim), heads, kv, r.model.head_dim,
                     r.training.dtype));
+  }
+  // Which fused kernels run (training.fused_kernels): on a CUDA device only.
+  if (device_.is_cuda()) {
+    const auto& k = r.training.fused_kernels;
+    say(k.empty() ? std::string("fused kernels: none (training.fused_kernels is [])")
+                  : fmt::format("fused kernels: {}", fmt::join(k, ", ")));
   }
   floor_ = dataset.entropy_floor();
   if (floor_) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor_));

@@ -69,6 +69,7 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
   options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   options.device = device;
   options.recompute = model::parse_recompute(r.training.recompute);
+  options.kernels = model::FusedKernels::from_names(r.training.fused_kernels);
   // ZeRO-3 (over more than one rank): parameters are created without memory and written straight
   // into this rank's shards (OptimizerDriver), so no rank ever holds the whole model.
   options.deferred_parameters = r.parallel.zero >= 3 && mesh.dp * mesh.cp > 1;

@@ -1,0 +1,258 @@
+// The fused GPU kernels (model/fused_kernels.h) against the unfused ATen ops they replace: each
+// kernel on its own with strided inputs, the chunked loss with ignored targets and a padded
+// vocabulary, gradient accumulation by the GEMM, and whole models on CUDA (fp32: equal within fp32
+// rounding; bf16: within bf16's). The CUDA cases need a GPU (the device machine runs them); the
+// CPU case checks that the kernels' choice never changes a CPU run.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include "model/fused_kernels.h"
+#include "model/fused_ops.h"
+#include "model/linear_cross_entropy.h"
+#include "model/rotary.h"
+#include "model/transformer.h"
+#include "model_test_util.h"
+
+using namespace trainer;
+using model_test::max_relative_error;
+
+namespace {
+
+bool have_cuda() { return at::hasCUDA() && at::getNumGPUs() > 0; }
+
+at::TensorOptions on_gpu(c10::ScalarType dtype) { return at::TensorOptions().dtype(dtype).device(at::kCUDA, 0); }
+
+at::Tensor leaf(const at::Tensor& x) { return x.detach().clone().requires_grad_(true); }
+
+double tolerance(c10::ScalarType dtype) { return dtype == at::kFloat ? 2e-6 : 1.6e-2; }
+
+model::Transformer build(const recipe::ModelConfig& config, c10::ScalarType dtype, c10::Device device,
+                         const model::FusedKernels& kernels, model::Recompute recompute) {
+  model::ModelOptions options;
+  options.config = config;
+  options.seed = 9;
+  options.dtype = dtype;
+  options.device = device;
+  options.kernels = kernels;
+  options.recompute = recompute;
+  return model::Transformer(options);
+}
+
+// Loss and every parameter's gradient of one forward and backward.
+std::pair<at::Tensor, std::vector<at::Tensor>> loss_and_grads(model::Transformer& m, const at::Tensor& inputs,
+                                                              const at::Tensor& targets) {
+  const model::ForwardOutput out = m.forward(inputs, targets);
+  out.loss_sum.backward();
+  std::vector<at::Tensor> grads;
+  for (auto& p : m.parameters().all()) grads.push_back(p.tensor.grad().to(at::kDouble).cpu());
+  return {out.loss_sum.detach().to(at::kDouble).cpu(), grads};
+}
+
+recipe::ModelConfig odd_config() {
+  recipe::ModelConfig c = model_test::tiny_config(/*tie=*/true);
+  c.vocab_size = 1000;                  // 63 loss chunks, slices of 16 weight rows
+  c.make_vocab_size_divisible_by = 64;  // padded to 1024: 24 rows out of the softmax
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("fused kernels leave a CPU run unchanged - the unfused ops run whatever the recipe says", "[model][fused]") {
+  const recipe::ModelConfig c = odd_config();
+  const at::Tensor inputs = model_test::random_tokens(2, 9, c.vocab_size, 1);
+  at::Tensor targets = model_test::random_tokens(2, 9, c.vocab_size, 2);
+  targets.index_put_({0, 3}, model::kIgnoreIndex);
+  for (const auto recompute : {model::Recompute::None, model::Recompute::Selective}) {
+    model::Transformer plain = build(c, at::kFloat, at::kCPU, {}, recompute);
+    model::Transformer fused = build(c, at::kFloat, at::kCPU, model::FusedKernels::from_names(model::FusedKernels::all_names()),
+                                     recompute);
+    const auto [loss_a, grads_a] = loss_and_grads(plain, inputs, targets);
+    const auto [loss_b, grads_b] = loss_and_grads(fused, inputs, targets);
+    CHECK(loss_a.item<double>() == loss_b.item<double>());
+    for (size_t i = 0; i < grads_a.size(); ++i) CHECK(at::equal(grads_a[i], grads_b[i]));
+  }
+}
+
+TEST_CASE("FusedKernels names round-trip and refuse unknown ones", "[model][fused]") {
+  const auto all = model::FusedKernels::from_names(model::FusedKernels::all_names());
+  CHECK(all.names() == model::FusedKernels::all_names());
+  CHECK(model::FusedKernels::from_names({"rope"}).names() == std::vector<std::string>{"rope"});
+  CHECK(model::FusedKernels{}.names().empty());
+  CHECK_THROWS_AS(model::FusedKernels::from_names({"flash"}), std::invalid_argument);
+  CHECK_FALSE(model::fusable(at::zeros({2}, at::kBFloat16)));  // a CPU tensor
+}
+
+TEST_CASE("fused rope on CUDA equals Rotary::apply - strided q and k in forward and backward", "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused rope not checked");
+    return;
+  }
+  const int64_t t = 13, b = 2, hq = 5, hk = 3, d = 10;
+  model::Rotary rotary(d, 10000.0, std::nullopt);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("dtype " << dtype);
+    at::manual_seed(3);
+    // q and k as strided views into one projection output, as a fused qkv GEMM would give them.
+    const at::Tensor qk = at::randn({t, b, (hq + hk) * d}, on_gpu(dtype));
+    const auto views = [&](const at::Tensor& x) {
+      return std::make_pair(x.narrow(2, 0, hq * d).view({t, b, hq, d}), x.narrow(2, hq * d, hk * d).view({t, b, hk, d}));
+    };
+    const auto [cos, sin] = rotary.cos_sin(at::arange(7, 7 + t, on_gpu(at::kLong)), dtype);
+    const at::Tensor c4 = cos.view({t, 1, 1, d}), s4 = sin.view({t, 1, 1, d});
+    const at::Tensor gq = at::randn({t, b, hq, d}, on_gpu(dtype)), gk = at::randn({t, b, hk, d}, on_gpu(dtype));
+
+    const at::Tensor base_a = leaf(qk), base_b = leaf(qk);
+    const auto [qa, ka] = views(base_a);
+    const at::Tensor ya = model::Rotary::apply(qa, c4, s4), za = model::Rotary::apply(ka, c4, s4);
+    ((ya * gq).sum() + (za * gk).sum()).backward();
+    const auto [qb, kb] = views(base_b);
+    REQUIRE(!qb.is_contiguous());
+    const auto [yb, zb] = model::fused::rope(qb, kb, cos, sin);
+    CHECK(yb.is_contiguous());
+    ((yb * gq).sum() + (zb * gk).sum()).backward();
+    const double tol = tolerance(dtype);
+    CHECK(max_relative_error(yb.to(at::kFloat).cpu(), ya.to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(zb.to(at::kFloat).cpu(), za.to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(base_b.grad().to(at::kFloat).cpu(), base_a.grad().to(at::kFloat).cpu()) < tol);
+  }
+}
+
+TEST_CASE("fused swiglu on CUDA equals silu(gate) * up - strided halves in forward and backward", "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused swiglu not checked");
+    return;
+  }
+  const int64_t rows = 37, width = 77;
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("dtype " << dtype);
+    at::manual_seed(4);
+    const at::Tensor both = at::randn({rows, 2 * width}, on_gpu(dtype)) * 3;
+    const at::Tensor gate = both.narrow(1, 0, width), up = both.narrow(1, width, width);
+    const at::Tensor grad = at::randn({rows, width}, on_gpu(dtype));
+    const at::Tensor ga = leaf(gate), ua = leaf(up);
+    const at::Tensor ya = at::silu(ga) * ua;
+    (ya * grad).sum().backward();
+    const at::Tensor yb = model::fused::swiglu_product(gate, up);
+    const auto [dg, du] = model::fused::swiglu_backward(grad, gate, up);
+    const at::Tensor gc = leaf(gate), uc = leaf(up);
+    (model::fused::swiglu(gc, uc) * grad).sum().backward();
+    const double tol = tolerance(dtype);
+    CHECK(max_relative_error(yb.to(at::kFloat).cpu(), ya.to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(dg.to(at::kFloat).cpu(), ga.grad().to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(du.to(at::kFloat).cpu(), ua.grad().to(at::kFloat).cpu()) < tol);
+    CHECK(at::equal(gc.grad(), dg));
+    CHECK(at::equal(uc.grad(), du));
+  }
+}
+
+TEST_CASE("fused RMSNorm on CUDA through autograd equals ATen's fused backward and the fp64 reference",
+          "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused RMSNorm not checked");
+    return;
+  }
+  const int64_t rows = 29, width = 96;
+  const double eps = 1e-5;
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("dtype " << dtype);
+    at::manual_seed(6);
+    const at::Tensor x = at::randn({rows, width}, on_gpu(dtype)), w = at::randn({width}, on_gpu(dtype)) * 0.1 + 1;
+    const at::Tensor dy = at::randn({rows, width}, on_gpu(dtype));
+    const at::Tensor xr = leaf(x.cpu().to(at::kDouble)), wr = leaf(w.cpu().to(at::kDouble));
+    ((wr * (xr * at::rsqrt(xr.pow(2).mean(-1, true) + eps))) * dy.cpu().to(at::kDouble)).sum().backward();
+    const at::Tensor xf = leaf(x), wf = leaf(w);
+    const at::Tensor y = model::fused::rms_norm(xf, wf, eps);
+    (y * dy).sum().backward();
+    const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+    CHECK(max_relative_error(xf.grad().cpu().to(at::kDouble), xr.grad()) < tol);
+    CHECK(max_relative_error(wf.grad().cpu().to(at::kDouble), wr.grad()) < tol);
+  }
+}
+
+TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - ignored targets and a padded vocabulary",
+          "[model][fused][cuda][loss]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused cross-entropy not checked");
+    return;
+  }
+  const int64_t n = 45, hidden = 24, local = 300, vocab_end = 283;  // 17 padding rows
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO("dtype " << dtype);
+    std::vector<at::Tensor> losses, grad_h, grad_w;
+    for (const bool use : {false, true}) {
+      model::ParameterSet params(model::ParameterOptions{4, 0.5, dtype, c10::Device(at::kCUDA, 0)});
+      model::Parameter& w = params.create("lm_head.weight", {local, hidden}, model::InitKind::Normal);
+      w.main_grad = at::zeros(w.tensor.sizes(), on_gpu(at::kFloat));
+      w.fused_grad_accumulation = use;
+      at::manual_seed(8);
+      const at::Tensor h = leaf(at::randn({n, hidden}, on_gpu(dtype)));
+      at::Tensor targets = at::randint(0, vocab_end, {n}, on_gpu(at::kLong));
+      targets[3] = -100;
+      targets[40] = -100;
+      const model::FusedKernels kernels = use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"})
+                                              : model::FusedKernels{};
+      const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
+                                                              model::loss_chunk_rows(n, local, hidden), kernels);
+      (loss * 0.5).backward();
+      losses.push_back(loss.detach().to(at::kDouble).cpu());
+      grad_h.push_back(h.grad().to(at::kDouble).cpu());
+      grad_w.push_back(w.main_grad.to(at::kDouble).cpu());
+      CHECK(w.main_grad.narrow(0, vocab_end, local - vocab_end).abs().max().item<double>() == 0);
+    }
+    const double tol = dtype == at::kFloat ? 1e-5 : 2e-2;
+    CHECK(max_relative_error(losses[1], losses[0]) < (dtype == at::kFloat ? 1e-6 : 1e-4));
+    CHECK(max_relative_error(grad_h[1], grad_h[0]) < tol);
+    CHECK(max_relative_error(grad_w[1], grad_w[0]) < tol);
+  }
+}
+
+TEST_CASE("gradient accumulation by the GEMM sums bf16 products into an fp32 main_grad", "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused gradient accumulation not checked");
+    return;
+  }
+  model::ParameterSet params(model::ParameterOptions{4, 0.5, at::kBFloat16, c10::Device(at::kCUDA, 0)});
+  model::Parameter& w = params.create("w", {19, 33}, model::InitKind::Normal);
+  w.main_grad = at::full(w.tensor.sizes(), 0.5, on_gpu(at::kFloat));
+  w.fused_grad_accumulation = true;
+  int ready = 0;
+  w.grad_ready = [&] { ++ready; };
+  at::manual_seed(10);
+  const at::Tensor a = at::randn({41, 19}, on_gpu(at::kBFloat16)), b = at::randn({41, 33}, on_gpu(at::kBFloat16));
+  model::accumulate_gradient_mm(w, a.t(), b);
+  model::accumulate_gradient_mm(w, a.t(), b);
+  CHECK(ready == 2);
+  const at::Tensor expected = 0.5 + 2 * at::mm(a.t().to(at::kDouble), b.to(at::kDouble));
+  // fp32 accumulation of exact bf16 products: fp32 rounding only.
+  CHECK(max_relative_error(w.main_grad.cpu().to(at::kDouble), expected.cpu()) < 1e-5);
+}
+
+TEST_CASE("a model on CUDA with every fused kernel matches the unfused model - loss and gradients",
+          "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused model not checked");
+    return;
+  }
+  const recipe::ModelConfig c = odd_config();
+  const c10::Device gpu(at::kCUDA, 0);
+  const at::Tensor inputs = model_test::random_tokens(2, 9, c.vocab_size, 1).to(gpu);
+  at::Tensor targets = model_test::random_tokens(2, 9, c.vocab_size, 2);
+  targets.index_put_({1, 4}, model::kIgnoreIndex);
+  targets = targets.to(gpu);
+  const auto all = model::FusedKernels::from_names(model::FusedKernels::all_names());
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+    for (const auto recompute : {model::Recompute::None, model::Recompute::Selective}) {
+      INFO("dtype " << dtype << " selective " << (recompute == model::Recompute::Selective));
+      model::Transformer plain = build(c, dtype, gpu, {}, recompute);
+      model::Transformer fused = build(c, dtype, gpu, all, recompute);
+      const auto [loss_a, grads_a] = loss_and_grads(plain, inputs, targets);
+      const auto [loss_b, grads_b] = loss_and_grads(fused, inputs, targets);
+      const double loss_error = max_relative_error(loss_b, loss_a);
+      double grad_error = 0;
+      for (size_t i = 0; i < grads_a.size(); ++i)
+        grad_error = std::max(grad_error, max_relative_error(grads_b[i], grads_a[i]));
+      WARN("fused vs unfused model, " << dtype << ": loss " << loss_error << ", gradients " << grad_error);
+      CHECK(loss_error < (dtype == at::kFloat ? 1e-6 : 1e-2));
+      CHECK(grad_error < (dtype == at::kFloat ? 1e-5 : 5e-2));
+    }
+}
