@@ -122,12 +122,16 @@ TEST_CASE("fused swiglu on CUDA equals silu(gate) * up - strided halves in forwa
     WARN("no CUDA device: fused swiglu not checked");
     return;
   }
-  const int64_t rows = 37, width = 77;
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    INFO("dtype " << dtype);
+  const int64_t rows = 37;
+  // Halves of one tensor (strided rows, an odd width) and whole tensors (the packed path).
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+  for (const bool strided : {true, false}) {
+    INFO("dtype " << dtype << " strided " << strided);
+    const int64_t width = strided ? 77 : 96;
     at::manual_seed(4);
     const at::Tensor both = at::randn({rows, 2 * width}, on_gpu(dtype)) * 3;
-    const at::Tensor gate = both.narrow(1, 0, width), up = both.narrow(1, width, width);
+    const at::Tensor gate = strided ? both.narrow(1, 0, width) : both.narrow(1, 0, width).contiguous();
+    const at::Tensor up = strided ? both.narrow(1, width, width) : both.narrow(1, width, width).contiguous();
     const at::Tensor grad = at::randn({rows, width}, on_gpu(dtype));
     const at::Tensor ga = leaf(gate), ua = leaf(up);
     const at::Tensor ya = at::silu(ga) * ua;
