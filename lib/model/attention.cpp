@@ -7,6 +7,7 @@
 #include "model/fused_kernels.h"
 #include "model/fused_ops.h"
 #include "model/recompute.h"
+#include "parallel/context/causal_sdpa.h"
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
 
@@ -31,9 +32,7 @@ at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::T
   if (cp_.size > 1)
     return cp_.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp_.group)
                                                        : parallel::ulysses_attention(q, k, v, *cp_.group);
-  const bool grouped = q.size(1) != k.size(1);
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                          /*scale=*/std::nullopt, /*enable_gqa=*/grouped);
+  return parallel::causal_sdpa(q, k, v);
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "parallel/context/attention_block.h"
+#include "parallel/context/causal_sdpa.h"
 #include "parallel/tensor/group_handle.h"
 
 namespace trainer::parallel {
@@ -121,9 +122,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp) {
-  if (cp.size() == 1)
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                            /*enable_gqa=*/q.size(1) != k.size(1));
+  if (cp.size() == 1) return causal_sdpa(q, k, v);
   return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHandle>(&cp));
 }
 

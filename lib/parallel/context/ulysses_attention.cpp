@@ -8,6 +8,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "parallel/context/causal_sdpa.h"
 #include "parallel/context/zigzag.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -85,9 +86,7 @@ at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at:
   const at::Tensor v_all = repeat == 1 ? v : v.repeat_interleave(repeat, 1);
   const at::Tensor q_heads = sequence_to_heads(q, cp), k_heads = sequence_to_heads(k_all, cp),
                    v_heads = sequence_to_heads(v_all, cp);
-  const at::Tensor out =
-      at::scaled_dot_product_attention(q_heads, k_heads, v_heads, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                       /*enable_gqa=*/q_heads.size(1) != k_heads.size(1));
+  const at::Tensor out = causal_sdpa(q_heads, k_heads, v_heads);
   return heads_to_sequence(out, cp);
 }
 
