@@ -2,6 +2,7 @@
 #include "core/plural.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -103,15 +104,24 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
   if (c.recipe) {
     const auto& p = c.recipe->parallel;
     if (p.zero >= 2)
-      a.push_back("ZeRO-2/3 follow the Megatron designs of DESIGN.md section 6 (the runtime does not implement "
-                  "them yet)");
+      a.push_back("ZeRO-2/3: gradient buckets reduce-scattered as they fill; ZeRO-3 gathers each layer before use "
+                  "with the next one prefetched (docs/distributed.md)");
     if (c.recipe->model.moe && p.etp > 1)
       a.push_back("etp > 1 splits each expert's width by etp; each rank's experts compute on the rows of its "
                   "whole etp group (gathered and returned by all-to-all over etp)");
   }
   if (c.gpu) {
-    a.push_back(c.fused_kernels ? "time: memory-bound operations fused (a third of eager traffic and launches)"
-                                : "time: memory-bound operations as our eager implementation runs them (unfused)");
+    if (c.fused_kernels) {
+      a.push_back("time: memory-bound operations fused as torch.compile would (a third of the unfused ops' traffic "
+                  "and launches; training.fused_kernels not applied)");
+    } else {
+      const auto& k = c.recipe ? c.recipe->training.fused_kernels : std::vector<std::string>{};
+      a.push_back(k.empty() ? std::string("time: memory-bound operations as the unfused ATen ops run them "
+                                          "(training.fused_kernels is [])")
+                            : fmt::format("time: memory-bound operations as the trainer runs them, with the fused "
+                                          "kernels {} (training.fused_kernels)",
+                                          fmt::join(k, ", ")));
+    }
     a.push_back("time: model FLOPs per token 6N + 12 L H Q T (PaLM); attention executes half of its term (causal)");
   }
   return a;

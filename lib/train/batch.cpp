@@ -14,6 +14,19 @@ uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t acc
   return consumed_samples + uint64_t((dp_rank * accumulation_steps + micro) * micro_batch_size);
 }
 
+namespace {
+
+// A host tensor on `device`. To a GPU through pinned memory without blocking the host: a copy from
+// pageable memory waits for the stream to drain, so the host sat there until the previous
+// micro-batch's kernels had finished (an H200 trace: 150 ms at each micro-batch boundary) and the
+// GPU then idled while the next micro-batch's first kernels were launched.
+at::Tensor to_device(const at::Tensor& host, c10::Device device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, host.scalar_type(), /*non_blocking=*/true);
+}
+
+}  // namespace
+
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
                             int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token) {
   std::vector<int32_t> tokens(size_t(micro_batch_size * (seq_len + 1)));
@@ -23,10 +36,10 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
       at::from_blob(tokens.data(), {micro_batch_size, seq_len + 1}, at::TensorOptions().dtype(at::kInt))
           .to(at::kLong);
   MicroBatch batch;
-  batch.inputs = all.narrow(1, 0, seq_len).contiguous().to(device);
+  batch.inputs = to_device(all.narrow(1, 0, seq_len).contiguous(), device);
   at::Tensor targets = all.narrow(1, 1, seq_len).contiguous();
   if (loss_mask_token) targets.masked_fill_(targets == *loss_mask_token, model::kIgnoreIndex);
-  batch.targets = targets.to(device);
+  batch.targets = to_device(targets, device);
   return batch;
 }
 
