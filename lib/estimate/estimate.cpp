@@ -198,12 +198,16 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
 namespace {
 
-// The job as the recipe lays it out. --fused-kernels (options.fused_kernels) times memory-bound work
-// as a third of the unfused ops' (torch.compile, Megatron/TE), so the replay runs the unfused ops
-// then, whatever training.fused_kernels says: the two are not stacked.
+// The job as the recipe lays it out.
 JobLayout layout(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, Device device,
                  const EstimateOptions& options) {
-  JobLayout job = layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
+  return layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
+}
+
+// The job whose replay is timed: --fused-kernels (options.fused_kernels) times memory-bound work
+// as a third of the unfused ops' (torch.compile, Megatron/TE), so it times the unfused ops then,
+// whatever training.fused_kernels says (the two are not stacked); memory stays the recipe's.
+JobLayout timed(JobLayout job, const EstimateOptions& options) {
   if (options.fused_kernels) job.shape.fused = {};
   return job;
 }
@@ -273,13 +277,16 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
       out.peak_bytes_worst_routing =
           std::max(out.peak_bytes_worst_routing, stage_memory(worst_job, stage, worst_model, memory).peak_allocated);
   }
-  if (gpu && options.compute_time) fill_time(out, recipe, job, model, *gpu, options);
+  if (gpu && options.compute_time) {
+    const JobLayout timed_job = timed(job, options);
+    fill_time(out, recipe, timed_job, models.get(timed_job.shape), *gpu, options);
+  }
   return out;
 }
 
 void add_step_time(JobEstimate& estimate, const recipe::Recipe& recipe, const HardwareProfile& gpu,
                    const EstimateOptions& options, ModelCache* cache) {
-  const JobLayout job = layout(recipe, estimate.mesh, Device::Gpu, options);
+  const JobLayout job = timed(layout(recipe, estimate.mesh, Device::Gpu, options), options);
   ModelCache local;
   ModelCache& models = cache ? *cache : local;
   fill_time(estimate, recipe, job, models.get(job.shape), gpu, options);

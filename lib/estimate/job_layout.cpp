@@ -124,7 +124,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       sh.fused.rope |= k == "rope";
       sh.fused.swiglu |= k == "swiglu";
       sh.fused.cross_entropy |= k == "cross_entropy";
-      sh.fused.grad_accumulation |= k == "grad_accumulation";
+      // The GEMM accumulates into fp32 gradients only (bf16 ones take the product and an add).
+      sh.fused.grad_accumulation |= k == "grad_accumulation" && p.grad_reduce_dtype == "fp32";
     }
   sh.cpu_threads = std::max<int64_t>(1, cpu_threads);
   sh.tp = p.tp;

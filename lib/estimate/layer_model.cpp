@@ -293,6 +293,12 @@ class Replay : public MoeReplay {
         const Id cast = ew(bs * c * e_);
         drop(g);
         g = cast;
+        if (fused_sums) {  // the GEMMs add into the fp32 sums themselves
+          gemm_into_f32(bs, H(), c);
+          gemm_into_f32(c, H(), bs);
+          drop(g);
+          continue;
+        }
         // bf16 pieces into fp32 sums: on the CPU the add casts each piece to an fp32 temporary
         // first (TensorIterator copies inputs to the common dtype there; CUDA kernels cast as
         // they read).

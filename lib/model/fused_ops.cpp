@@ -45,6 +45,7 @@ struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
     auto [dx, dw] = at::_fused_rms_norm_backward(grads[0].contiguous(), x, {x.size(-1)}, rstd, weight,
                                                  {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
     return {dx, dw, at::Tensor()};
@@ -99,6 +100,7 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
     auto [dg, du] = swiglu_backward(grads[0], saved[0], saved[1]);
     return {dg, du};
   }

@@ -24,7 +24,7 @@ void MoeStepState::reset() {
 }
 
 Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-         ExpertParallel ep, GroupedGemm gemm)
+         ExpertParallel ep, GroupedGemm gemm, bool fused_swiglu)
     : ep_(ep),
       num_experts_(config.moe->num_local_experts),
       top_k_(config.moe->num_experts_per_tok),
@@ -60,7 +60,7 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
   }
   if (moe.num_shared_experts > 0)
     shared_.emplace(params, prefix + "shared_experts.", config.hidden_size,
-                    moe.moe_intermediate_size * moe.num_shared_experts, tp);
+                    moe.moe_intermediate_size * moe.num_shared_experts, tp, /*mixtral_names=*/false, fused_swiglu);
 }
 
 namespace {

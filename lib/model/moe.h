@@ -56,8 +56,10 @@ struct MoeStepState {
 class Moe {
  public:
   Moe() = default;
+  // fused_swiglu: the shared experts' activation product by kernels/swiglu on CUDA
+  // (model/fused_kernels.h); the routed experts' grouped GEMMs keep ATen's ops.
   Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-      ExpertParallel ep = {}, GroupedGemm gemm = GroupedGemm::Auto);
+      ExpertParallel ep = {}, GroupedGemm gemm = GroupedGemm::Auto, bool fused_swiglu = false);
   // x: [..., hidden], tokens in row-major order. token_keys: int64 [tokens], a key per token that
   // orders the micro-batch the same way on every mesh (position * batch + sample); undefined: the
   // token's index.

@@ -81,9 +81,10 @@ void accumulate_gradient(Parameter& p, const at::Tensor& grad) {
 }
 
 void accumulate_gradient_mm(Parameter& p, const at::Tensor& a, const at::Tensor& b) {
+  // ZeRO-2 makes main_grad a live buffer only in grad_buffer(): ask first, then look.
+  if (p.grad_buffer) p.grad_buffer();
   if (p.fused_grad_accumulation && p.main_grad.defined() && p.main_grad.scalar_type() == at::kFloat && a.is_cuda() &&
       a.scalar_type() == at::kBFloat16) {
-    if (p.grad_buffer) p.grad_buffer();
     fused::add_mm_(p.main_grad, a, b);
     if (p.grad_ready) p.grad_ready();
     return;

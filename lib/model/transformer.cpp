@@ -32,7 +32,7 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
   post_attention_norm_ = RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size,
                                  config.rms_norm_eps, tp, kernels.rms_norm);
   if (config.is_moe_layer(index))
-    moe_.emplace(params, prefix + "block_sparse_moe.", config, tp, ep);
+    moe_.emplace(params, prefix + "block_sparse_moe.", config, tp, ep, GroupedGemm::Auto, kernels.swiglu);
   else
     mlp_.emplace(params, prefix + "mlp.", config.hidden_size, config.intermediate_size, tp, /*mixtral_names=*/false,
                  kernels.swiglu);

@@ -38,7 +38,8 @@ at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
                                                           /*enable_gqa=*/q.size(1) != k.size(1));
-  return grad_in_layout_of(out);
+  // On CUDA only: the kernels concerned are there, and CPU runs stay as they were.
+  return out.is_cuda() ? grad_in_layout_of(out) : out;
 }
 
 }  // namespace trainer::parallel

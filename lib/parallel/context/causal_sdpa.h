@@ -4,8 +4,8 @@
 // output's own memory layout. ATen 2.11's cuDNN attention backward returns wrong gradients when
 // the output gradient is laid out differently from the output (measured on an H200: q, k, v
 // [b, h, s, d] views of [s, b, h, d] tensors and a contiguous [b, h, s, d] gradient gave dq, dk,
-// dv off by more than 100% of their size; flash was right): so the gradient is restrided first
-// when it differs (a copy; none in Attention's own layout).
+// dv off by more than 100% of their size; flash was right): so on CUDA the gradient is restrided
+// first when it differs (a copy; none in Attention's own layout).
 #include <ATen/core/Tensor.h>
 
 namespace trainer::parallel {

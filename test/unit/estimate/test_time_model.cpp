@@ -121,6 +121,14 @@ TEST_CASE("recompute costs time - fused kernels save it - bigger GPUs are faster
     CHECK(estimate("llama3-8b.json", {"training.fused_kernels=[\"" + kernel + "\"]"}, 64).step_time_s <
           unfused.step_time_s);
   }
+  // --fused-kernels is a what-if of time: memory stays what the recipe's kernels allocate.
+  CHECK(estimate("llama3-8b.json", {}, 64, true).peak_bytes == estimate("llama3-8b.json", {}, 64).peak_bytes);
+  // The GEMM accumulates into fp32 gradients only: with bf16 ones the kernel changes nothing.
+  const auto bf16_grads = estimate("llama3-8b.json", {"parallel.grad_reduce_dtype=bf16", "training.fused_kernels=[]"}, 64);
+  const auto bf16_fused =
+      estimate("llama3-8b.json", {"parallel.grad_reduce_dtype=bf16", "training.fused_kernels=[\"grad_accumulation\"]"}, 64);
+  CHECK(bf16_fused.step_time_s == bf16_grads.step_time_s);
+  CHECK(bf16_fused.peak_bytes == bf16_grads.peak_bytes);
   const auto loaded = load("llama3-8b.json", {}, 64);
   const auto a100 = estimate_job(loaded.recipe, *loaded.mesh, &builtin_profile("a100-80g"));
   const auto b200 = estimate_job(loaded.recipe, *loaded.mesh, &builtin_profile("b200"));
