@@ -180,6 +180,13 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     tb.optimizer_s = shard * optimizer_bytes_per_param(job.shape.dtype_bytes) / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
                      double(stage.params.tensors) * 6 * gpu.kernel_overhead_s / 32.0;  // foreach kernels, 32 tensors each
     tb.step_s = tb.microbatch_s * double(m) + tb.bubble_s + tb.dp_exposed_s + tb.param_gather_s + tb.optimizer_s;
+    // The host launches asynchronously; when its launches take longer than the GPU's work, the GPU
+    // waits for it (tiny models: launch-bound).
+    const double optimizer_kernels = double(stage.params.tensors) * 6 / 32.0;
+    tb.kernels = all.kernels * double(m) + optimizer_kernels;
+    tb.host_s = tb.kernels * gpu.host_s_per_kernel;
+    tb.host_exposed_s = std::max(0.0, tb.host_s - tb.step_s);
+    tb.step_s += tb.host_exposed_s;
     if (tb.step_s > slowest_step) {
       slowest_step = tb.step_s;
       best = tb;

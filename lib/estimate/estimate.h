@@ -48,6 +48,9 @@ struct TimeBreakdown {
   double dp_exposed_s = 0;      // of which not hidden behind the last micro-batch's backward
   double param_gather_s = 0;    // ZeRO-1/2 all-gather of updated parameters (exposed)
   double optimizer_s = 0;       // gradient norm, clipping, AdamW (memory-bound)
+  double kernels = 0;           // kernels and collectives per step, as the replay counts them
+  double host_s = 0;            // the host's time launching them (host.us_per_kernel each)
+  double host_exposed_s = 0;    // of which the GPU waits for: host_s beyond the GPU's own time
   double step_s = 0;
 };
 

@@ -55,6 +55,7 @@ const std::vector<Field>& fields() {
     number("efficiency.attention", 1, true, [](HardwareProfile& p) -> double& { return p.attention_efficiency; });
     number("efficiency.hbm", 1, true, [](HardwareProfile& p) -> double& { return p.hbm_efficiency; });
     number("efficiency.kernel_overhead_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.kernel_overhead_s; });
+    number("host.us_per_kernel", 1e-6, false, [](HardwareProfile& p) -> double& { return p.host_s_per_kernel; });
     number("links.nvlink.gb_s", 1e9, true, [](HardwareProfile& p) -> double& { return p.nvlink.bytes_per_s; });
     number("links.nvlink.latency_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.nvlink.latency_s; });
     number("links.nvlink.efficiency", 1, true, [](HardwareProfile& p) -> double& { return p.nvlink.efficiency; });

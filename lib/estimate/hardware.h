@@ -32,6 +32,10 @@ struct HardwareProfile {
   double attention_efficiency = 0.35;  // flash attention, fraction of the dense peak (fwd and bwd)
   double hbm_efficiency = 0.8;         // memory-bound kernels, fraction of HBM bandwidth
   double kernel_overhead_s = 4e-6;     // added to every memory-bound kernel (launch, tail)
+  // The host's time per kernel the replay counts (libtorch's dispatcher, autograd and the launch,
+  // with the small ops the replay leaves out: about two launches per counted kernel): a step whose
+  // kernels take the host longer than the GPU is bound by the host.
+  double host_s_per_kernel = 0;
   LinkProfile nvlink;                  // inside a node (NVSwitch domain of gpus_per_node)
   LinkProfile network;                 // across nodes
   double framework_overhead_bytes = 0; // CUDA context, libraries, NCCL buffers: outside the allocator

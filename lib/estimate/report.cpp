@@ -58,7 +58,10 @@ json time_json(const TimeBreakdown& t) {
           {"dp_comm_s", t.dp_comm_s},
           {"dp_exposed_s", t.dp_exposed_s},
           {"param_gather_s", t.param_gather_s},
-          {"optimizer_s", t.optimizer_s}};
+          {"optimizer_s", t.optimizer_s},
+          {"kernels", t.kernels},
+          {"host_s", t.host_s},
+          {"host_exposed_s", t.host_exposed_s}};
 }
 
 std::string count_text(double n) {
@@ -241,6 +244,8 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
                      seconds_text(t.pp_comm_s), seconds_text(t.dp_exposed_s), seconds_text(t.dp_comm_s),
                      seconds_text(t.param_gather_s)));
     line(fmt::format("  pipeline bubble {}, optimizer {}", seconds_text(t.bubble_s), seconds_text(t.optimizer_s)));
+    line(fmt::format("  host: {} kernels launched, {} ({} exposed: {})", count_text(t.kernels), seconds_text(t.host_s),
+                     seconds_text(t.host_exposed_s), t.host_exposed_s > 0 ? "launch-bound" : "GPU-bound"));
   }
   line("");
   line("assumptions:");

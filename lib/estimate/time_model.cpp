@@ -21,11 +21,14 @@ void SegmentTime::add(const SegmentTime& o, double times) {
   cp_comm_s += o.cp_comm_s * times;
   ep_comm_s += o.ep_comm_s * times;
   pp_comm_s += o.pp_comm_s * times;
+  kernels += o.kernels * times;
 }
 
 SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const std::string& dtype,
                          const MeshPlacement& placement, bool fused_kernels) {
   SegmentTime t;
+  t.kernels = double(costs.gemms.size()) + double(costs.memory_kernels) + double(costs.attention_calls) +
+               double(costs.comms.size());
   const double peak = gpu.peak_flops(dtype);
   const double hbm = gpu.hbm_bytes_per_s * gpu.hbm_efficiency;
   for (const auto& g : costs.gemms) t.gemm_s += gemm_seconds(g, gpu, peak, hbm);

@@ -20,6 +20,7 @@ namespace trainer::estimate {
 struct SegmentTime {
   double gemm_s = 0, attention_s = 0, memory_bound_s = 0;
   double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0, pp_comm_s = 0;
+  double kernels = 0;  // kernels and collectives the host launches (a count: not in total())
   double total() const {
     return gemm_s + attention_s + memory_bound_s + tp_comm_s + cp_comm_s + ep_comm_s + pp_comm_s;
   }

@@ -133,7 +133,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight_leaf,
                             c10::intrusive_ptr<WeightHandle> handle, const at::Tensor& targets, int64_t vocab_begin,
                             int64_t vocab_end, int64_t ignore_index, c10::intrusive_ptr<parallel::GroupHandle> tp,
-                            int64_t chunk_rows, std::vector<std::string> kernel_names) {
+                            int64_t chunk_rows, bool fused_cross_entropy, bool fused_accumulation) {
     (void)weight_leaf;
     const WeightUse use(*handle->params[0]);
     const int64_t local = use.get().size(0);
@@ -143,7 +143,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t n = h.size(0);
     at::Tensor lse = at::empty({n}, h.options().dtype(fp));
     at::Tensor total = at::zeros({}, h.options().dtype(fp));
-    const bool use_kernel = FusedKernels::from_names(kernel_names).cross_entropy && fusable(h) && v.real > 0;
+    const bool use_kernel = fused_cross_entropy && fusable(h) && v.real > 0;
     for (int64_t s = 0; s < n; s += chunk_rows) {
       const int64_t c = std::min(chunk_rows, n - s);
       if (use_kernel) {
@@ -186,7 +186,8 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     // Backward's slices follow the local rows, padding included, as the forward chunks and the
     // estimator's replay do.
     ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, loss_vocab_slice(local, h.size(1))};
-    ctx->saved_data["kernels"] = kernel_names;
+    ctx->saved_data["fused_cross_entropy"] = fused_cross_entropy;
+    ctx->saved_data["fused_accumulation"] = fused_accumulation;
     ctx->save_for_backward({h, targets, lse});
     return total;
   }
@@ -200,9 +201,9 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &h = saved[0], &targets = saved[1], &lse = saved[2];
     const at::Tensor scale = grads[0].to(lse.scalar_type());
-    std::vector<std::string> names;
-    for (const auto& n : ctx->saved_data["kernels"].toListRef()) names.push_back(n.toStringRef());
-    const FusedKernels kernels = FusedKernels::from_names(names);
+    FusedKernels kernels;
+    kernels.cross_entropy = ctx->saved_data["fused_cross_entropy"].toBool();
+    kernels.grad_accumulation = ctx->saved_data["fused_accumulation"].toBool();
     // The weight's gradient in the same pass as the input's, unless zero-bubble defers it: then
     // its own pass later, computing the slices' logits once more.
     const bool weight = ctx->needs_input_grad(1);
@@ -215,7 +216,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       handle->queue->submit([&p, h, lse, targets, v, scale, slice_rows, kernels] {
         backward_by_slices(p, h, lse, targets, v, scale, slice_rows, nullptr, true, kernels);
       });
-    return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    return {grad_h, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
@@ -233,7 +234,7 @@ at::Tensor linear_cross_entropy_sum(const at::Tensor& h, Parameter& weight, Weig
       h, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue), targets,
       vocab_begin, vocab_end, ignore_index,
       split ? c10::make_intrusive<parallel::GroupHandle>(tp) : c10::intrusive_ptr<parallel::GroupHandle>(), chunk_rows,
-      kernels.names());
+      kernels.cross_entropy, kernels.grad_accumulation);
 }
 
 }  // namespace trainer::model

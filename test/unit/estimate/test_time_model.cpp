@@ -136,6 +136,21 @@ TEST_CASE("recompute costs time - fused kernels save it - bigger GPUs are faster
   CHECK(b200.step_time_s < estimate("llama3-8b.json", {}, 64).step_time_s);
 }
 
+TEST_CASE("the host term - tiny models are launch-bound - large ones GPU-bound", "[estimate]") {
+  const auto tiny = estimate("tiny-llama.json", {"training.dtype=bf16"}, 1);
+  CHECK(tiny.time.kernels > 100);
+  CHECK(tiny.time.host_s == Approx(tiny.time.kernels * h100().host_s_per_kernel));
+  CHECK(tiny.time.host_exposed_s > 0);
+  CHECK(tiny.step_time_s == Approx(tiny.time.host_s));  // the GPU waits for the host
+  const auto large = estimate("llama3-8b.json", {}, 64);
+  CHECK(large.time.host_s > 0);
+  CHECK(large.time.host_exposed_s == 0);
+  CHECK(large.time.host_s < large.step_time_s);
+  // Fewer kernels with the fused ones: less host time.
+  CHECK(estimate("tiny-llama.json", {"training.dtype=bf16", "training.fused_kernels=[]"}, 1).time.kernels >
+        tiny.time.kernels);
+}
+
 TEST_CASE("data parallelism across nodes costs more than inside one", "[estimate]") {
   const auto inside = estimate("llama3-8b.json", {"parallel.zero=0", "hardware.gpus_per_node=64"}, 64);
   const auto across = estimate("llama3-8b.json", {"parallel.zero=0", "hardware.gpus_per_node=8"}, 64);
