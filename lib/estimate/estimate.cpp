@@ -205,12 +205,6 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
 namespace {
 
-// The job as the recipe lays it out.
-JobLayout layout(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, Device device,
-                 const EstimateOptions& options) {
-  return layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
-}
-
 // The job whose replay is timed: --fused-kernels (options.fused_kernels) times memory-bound work
 // as a third of the unfused ops' (torch.compile, Megatron/TE), so it times the unfused ops then,
 // whatever training.fused_kernels says (the two are not stacked); memory stays the recipe's.
@@ -237,7 +231,7 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
 JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& mesh, const HardwareProfile* gpu,
                          const EstimateOptions& options, ModelCache* cache) {
   const Device device = gpu ? Device::Gpu : Device::Cpu;
-  const JobLayout job = layout(recipe, mesh, device, options);
+  const JobLayout job = layout_job(recipe, mesh, device, options.cpu_threads, options.counts);
   ModelCache local;
   ModelCache& models = cache ? *cache : local;
   const MicroBatchModel& model = models.get(job.shape);
@@ -293,7 +287,8 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
 
 void add_step_time(JobEstimate& estimate, const recipe::Recipe& recipe, const HardwareProfile& gpu,
                    const EstimateOptions& options, ModelCache* cache) {
-  const JobLayout job = timed(layout(recipe, estimate.mesh, Device::Gpu, options), options);
+  const JobLayout job =
+      timed(layout_job(recipe, estimate.mesh, Device::Gpu, options.cpu_threads, options.counts), options);
   ModelCache local;
   ModelCache& models = cache ? *cache : local;
   fill_time(estimate, recipe, job, models.get(job.shape), gpu, options);

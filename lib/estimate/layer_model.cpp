@@ -265,40 +265,28 @@ class Replay : public MoeReplay {
       const int64_t c = std::min(slice, V - s);
       Id g = gemm(bs, c, H());
       if (fused_loss) {
-        // kernels/cross_entropy turns the logits into their gradient in place; the two products go
-        // into the fp32 sums by the GEMMs (fused accumulation) or as pieces added after.
+        // kernels/cross_entropy turns the logits into their gradient in place.
         in_place(bs * c * e_, 1);
-        if (e_ == kF32) {
-          gemm_in_place(bs, H(), c);
-          gemm_in_place(c, H(), bs);
-        } else if (fused_sums) {
-          gemm_into_f32(bs, H(), c);
-          gemm_into_f32(c, H(), bs);
-        } else {
-          drop(gemm(bs, H(), c));
-          in_place(bs * H() * kF32, 1);
-          drop(gemm(c, H(), bs));
-          in_place(c * H() * kF32, 1);
-        }
-        drop(g);
-        continue;
-      }
-      if (e_ != kF32) {
-        const Id up = ew(bs * c * kF32);
-        drop(g);
-        g = up;
-      }
-      t_.costs().memory_bytes += 2.0 * double(bs * c * kF32) * 4;  // softmax and one-hot, in place
-      if (e_ != kF32) {
-        const Id cast = ew(bs * c * e_);
-        drop(g);
-        g = cast;
-        if (fused_sums) {  // the GEMMs add into the fp32 sums themselves
-          gemm_into_f32(bs, H(), c);
-          gemm_into_f32(c, H(), bs);
+      } else {
+        if (e_ != kF32) {
+          const Id up = ew(bs * c * kF32);
           drop(g);
-          continue;
+          g = up;
         }
+        t_.costs().memory_bytes += 2.0 * double(bs * c * kF32) * 4;  // softmax and one-hot, in place
+        if (e_ != kF32) {
+          const Id cast = ew(bs * c * e_);
+          drop(g);
+          g = cast;
+        }
+      }
+      if (e_ == kF32) {
+        gemm_in_place(bs, H(), c);  // addmm_ into the sum
+        gemm_in_place(c, H(), bs);  // addmm_ into main_grad
+      } else if (fused_sums) {      // the GEMMs add into the fp32 sums themselves
+        gemm_into_f32(bs, H(), c);
+        gemm_into_f32(c, H(), bs);
+      } else {
         // bf16 pieces into fp32 sums: on the CPU the add casts each piece to an fp32 temporary
         // first (TensorIterator copies inputs to the common dtype there; CUDA kernels cast as
         // they read).
@@ -310,9 +298,6 @@ class Replay : public MoeReplay {
         in_place(c * H() * kF32, 1);
         if (cpu) drop(ew(c * H() * kF32));
         drop(gw);
-      } else {
-        gemm_in_place(bs, H(), c);  // addmm_ into the sum
-        gemm_in_place(c, H(), bs);  // addmm_ into main_grad
       }
       drop(g);
     }

@@ -157,13 +157,8 @@ class ReplayOps {
   Id norm_forward(Id x, int64_t tokens, NormSaved& saved) {
     saved.lean = lean();
     saved.fused = s_.fused.rms_norm;
-    if (saved.fused) {
-      saved.tokens = tokens;
-      saved.x = x;
-      hold(x);
-      return norm_kernels(tokens, &saved.rs);
-    }
-    return saved.lean ? norm_forward_lean(x, tokens, saved) : norm_forward_graph(x, tokens, saved);
+    // The fused norm saves what the lean one does (norm_kernels runs its one kernel).
+    return saved.lean || saved.fused ? norm_forward_lean(x, tokens, saved) : norm_forward_graph(x, tokens, saved);
   }
   // Returns the gradient of x (g is consumed). With `resid` (the residual stream's gradient
   // buffer) the result is accumulated into it in place, as autograd's input buffer does, and
@@ -178,6 +173,11 @@ class ReplayOps {
     const Id gx = ew(n * e_, 2);
     const Id gw = ew(H() * e_, 2.0 * double(saved.tokens));  // g and x read again, summed over rows
     drop(gw);
+    return norm_backward_done(gx, g, saved, resid);
+  }
+  // The end of a norm function's backward: g and what it saved released, x's gradient `gx`
+  // returned or (with `resid`) accumulated into the residual's gradient buffer.
+  Id norm_backward_done(Id gx, Id g, const NormSaved& saved, Id resid) {
     drop(g);
     drop(saved.rs);
     drop(saved.x);
@@ -251,12 +251,7 @@ class ReplayOps {
     in_place(n * kF32, 2);  // sub_ and mul_
     const Id gx = cast_unless_f32(gn, n, e_);
     drop(xhat);
-    drop(g);
-    drop(saved.rs);
-    drop(saved.x);
-    if (resid == Timeline::kNone) return gx;
-    accumulate(resid, gx);
-    return resid;
+    return norm_backward_done(gx, g, saved, resid);
   }
 
   // autograd's graph of the same arithmetic (not lean): the fp32 copy and normed are saved.

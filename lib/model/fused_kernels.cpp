@@ -2,12 +2,11 @@
 
 #include <stdexcept>
 
+#include "recipe/recipe.h"
+
 namespace trainer::model {
 
-const std::vector<std::string>& FusedKernels::all_names() {
-  static const std::vector<std::string> names{"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
-  return names;
-}
+const std::vector<std::string>& FusedKernels::all_names() { return recipe::fused_kernel_names(); }
 
 FusedKernels FusedKernels::from_names(const std::vector<std::string>& names) {
   FusedKernels k;

@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <string>
-#include <vector>
 #include <stdexcept>
 
 #include "model/fused_kernels.h"

@@ -97,6 +97,12 @@ struct ParallelConfig {
   double collective_timeout_s = 600.0;
 };
 
+// The fused GPU kernels training.fused_kernels can name (model/fused_kernels.h).
+inline const std::vector<std::string>& fused_kernel_names() {
+  static const std::vector<std::string> names{"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
+  return names;
+}
+
 struct TrainingConfig {
   int64_t seq_len = 2048;
   int64_t micro_batch_size = 1;
@@ -107,7 +113,7 @@ struct TrainingConfig {
   std::string recompute = "none";
   double grad_clip = 1.0;
   // Fused GPU kernels used on CUDA (model/fused_kernels.h); the recipe's default is all of them.
-  std::vector<std::string> fused_kernels{"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
+  std::vector<std::string> fused_kernels = fused_kernel_names();
 };
 
 struct OptimizerConfig {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/json_file.h"
+#include "recipe/recipe.h"
 
 namespace trainer::recipe {
 
@@ -214,14 +215,14 @@ std::vector<KeySpec> build_schema() {
   s.push_back(at_least(key("training.grad_clip", K::Number, 1.0, "Clip the global gradient norm to this; 0: off."), 0));
   {
     KeySpec fused = key("training.fused_kernels", K::StringList,
-                        json::array({"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"}),
+                        json(fused_kernel_names()),
                         "Fused GPU kernels used on CUDA in place of chains of element-wise ops: rms_norm (ATen's "
                         "fused RMSNorm), rope (q and k rotated in one launch), swiglu (silu(gate) * up and its "
                         "backward in one pass each), cross_entropy (the loss's softmax statistics and gradients "
                         "from the bf16 logits, no fp32 copy), grad_accumulation (weight-gradient GEMMs accumulate "
                         "into the fp32 gradient directly). [] for ATen's unfused ops; CPU runs use those always.");
     fused.nullable = false;
-    fused.choices = {"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
+    fused.choices = fused_kernel_names();
     s.push_back(fused);
   }
 
