@@ -88,6 +88,12 @@ class Communicator {
   virtual std::unique_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
   // input: size() equal chunks (flat, contiguous); output: this rank's reduced chunk.
   virtual std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) = 0;
+  // The same for an input the caller is done with: its contents are undefined once the work
+  // completes (output may be a view of it). Gloo, which has no reduce-scatter, then all-reduces
+  // the input in place instead of a copy of it.
+  virtual std::unique_ptr<Work> reduce_scatter_consuming(at::Tensor& output, at::Tensor& input, ReduceOp op) {
+    return reduce_scatter(output, input, op);
+  }
   // output: the concatenation of every rank's input (flat, contiguous), rank order.
   virtual std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) = 0;
   // Along dim 0 with uneven splits: input rows [sum(in_splits[:j]), +in_splits[j]) go to rank j;

@@ -87,21 +87,15 @@ class GlooCommunicator : public Communicator {
     return std::make_unique<GlooWork>(this, "all_reduce", std::vector{work}, after);
   }
 
+  // Gloo has no reduce-scatter: an all-reduce of a copy of the input, this rank's chunk copied out.
   std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
     check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
-    at::Tensor buffer = input.clone();
-    std::vector<at::Tensor> tensors = {buffer};
-    c10d::AllreduceOptions options;
-    options.reduceOp = to_c10d(op);
-    options.timeout = context_->timeout;
-    auto work = guarded("reduce_scatter", [&] { return pg_->allreduce(tensors, options); });
-    const int64_t chunk = output.numel();
-    auto after = [output, buffer, chunk, r = rank_, n = size(), op]() mutable {
-      at::Tensor mine = buffer.reshape({-1}).narrow(0, r * chunk, chunk).view_as(output);
-      if (op == ReduceOp::Avg) mine = mine / double(n);
-      output.copy_(mine);
-    };
-    return std::make_unique<GlooWork>(this, "reduce_scatter", std::vector{work}, after);
+    return all_reduce_then_chunk(output, input.clone(), op);
+  }
+  // The input is the caller's to lose: all-reduced in place, no copy.
+  std::unique_ptr<Work> reduce_scatter_consuming(at::Tensor& output, at::Tensor& input, ReduceOp op) override {
+    check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
+    return all_reduce_then_chunk(output, input, op);
   }
 
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
@@ -165,6 +159,23 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
+  // Sums `buffer` over the group in place; when done, output takes this rank's chunk of it (unless
+  // it is that chunk already: a view of the buffer).
+  std::unique_ptr<Work> all_reduce_then_chunk(at::Tensor& output, at::Tensor buffer, ReduceOp op) {
+    std::vector<at::Tensor> tensors = {buffer};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    options.timeout = context_->timeout;
+    auto work = guarded("reduce_scatter", [&] { return pg_->allreduce(tensors, options); });
+    const int64_t chunk = output.numel();
+    auto after = [output, buffer, chunk, r = rank_, n = size(), op]() mutable {
+      at::Tensor mine = buffer.reshape({-1}).narrow(0, r * chunk, chunk).view_as(output);
+      if (op == ReduceOp::Avg) mine = mine / double(n);
+      if (mine.data_ptr() != output.data_ptr()) output.copy_(mine);
+    };
+    return std::make_unique<GlooWork>(this, "reduce_scatter", std::vector{work}, after);
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::string name_;
   std::vector<int64_t> ranks_;

@@ -53,6 +53,10 @@ class RecordingCommunicator : public Communicator {
     const uint64_t id = begin("reduce_scatter", int64_t(input.nbytes()));
     return recorded(inner_->reduce_scatter(output, input, op), id);
   }
+  std::unique_ptr<Work> reduce_scatter_consuming(at::Tensor& output, at::Tensor& input, ReduceOp op) override {
+    const uint64_t id = begin("reduce_scatter", int64_t(input.nbytes()));
+    return recorded(inner_->reduce_scatter_consuming(output, input, op), id);
+  }
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
     const uint64_t id = begin("all_gather", int64_t(output.nbytes()));
     return recorded(inner_->all_gather(output, input), id);

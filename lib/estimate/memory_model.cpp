@@ -133,16 +133,14 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   if (zero >= 2 && data_parallel) {
     // ZeRO-2 (parallel/data/grad_buckets.h): besides the shards, full-size bucket buffers while
     // they accumulate and while their reduce-scatter is in flight (at most two per communicator;
-    // on the CPU Gloo reduces a clone of each). Every micro-batch: one accumulating, two in flight.
+    // Gloo reduces them in place too). Every micro-batch: one accumulating, two in flight.
     // Accumulating unsharded over several micro-batches: every full buffer from the first
     // micro-batch's backward to the step's reduction. ZeRO-3's buckets hold one unit each.
     int64_t largest_unit = 0;
     for (int64_t u : stage.unit_params) largest_unit = std::max(largest_unit, u);
     const double bucket = zero >= 3 ? std::min(bucket_bytes, options.grad_bytes * double(largest_unit)) : bucket_bytes;
-    const double clones = options.gpu ? 0.0 : 2.0 * bucket;
-    sm.zero2_full_buckets = options.accumulate_unsharded && job.microbatches > 1
-                                ? options.grad_bytes * (pd + pe) + clones
-                                : 3.0 * bucket + clones;
+    sm.zero2_full_buckets = options.accumulate_unsharded && job.microbatches > 1 ? options.grad_bytes * (pd + pe)
+                                                                                 : 3.0 * bucket;
   }
   PhaseExtra zero3_extra;
   if (zero >= 3 && data_parallel) {
@@ -230,22 +228,16 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     sm.logits_and_loss_peak = std::max(double(head.forward.peak), double(head.forward.net + head.backward.peak));
   }
 
-  // Gradient reduction on the CPU: Gloo has no reduce-scatter, so comm/gloo_communicator.cpp
-  // all-reduces a clone of each bucket; the clones live until the step waits for them (after the
-  // last micro-batch's backward). NCCL reduce-scatters in place.
-  // The clones are released when the next step begins, so they sit under the optimizer step too.
-  // ZeRO-2 retires each reduction (and its clone) as it completes: nothing is left after backward.
-  if (!options.gpu && sharded_optimizer && zero < 2) sm.reduction_transient = sm.gradients;
-
   // --- the peak: during some micro-batch, or after backward (reduction, norm, optimizer step) ---
   // (The micro-batch's peak includes ZeRO-3's gathered parameters at that moment.)
   const double during_microbatch = sm.activations_other_microbatches + sm.microbatch_peak + sm.zero2_full_buckets;
-  const double after_backward = sm.reduction_transient + sm.optimizer_step_transient;
+  // Gradient reductions add nothing: NCCL reduce-scatters the buckets in place and Gloo, which has
+  // no reduce-scatter, all-reduces them in place (comm::Communicator::reduce_scatter_consuming).
+  const double after_backward = sm.optimizer_step_transient;
   if (after_backward > during_microbatch) {
     sm.peak_allocated = sm.static_bytes + after_backward;
-    sm.peak_phase = sm.optimizer_step_transient == 0 ? "gradient reduction (Gloo reduce-scatter copies)"
-                    : sharded_optimizer            ? "optimizer step (ZeRO parameter all-gather)"
-                                                   : "optimizer step (fp32 gradient copies)";
+    sm.peak_phase = sharded_optimizer ? "optimizer step (ZeRO parameter all-gather)"
+                                      : "optimizer step (fp32 gradient copies)";
   } else {
     sm.peak_allocated = sm.static_bytes + during_microbatch;
     sm.peak_phase = sm.microbatch_peak_at;

@@ -38,7 +38,6 @@ struct StageMemory {
   double microbatch_peak = 0;              // one micro-batch's timeline at its height
   std::string microbatch_peak_at;
   double optimizer_step_transient = 0;     // fp32 gradient copies of AdamW's master-weight update
-  double reduction_transient = 0;          // CPU (Gloo): bucket copies of the emulated reduce-scatter
   double zero2_full_buckets = 0;           // ZeRO-2 and 3: full-size gradient buckets during backward
   double zero3_gathered = 0;               // ZeRO-3: gathered parameters at their height (with Gloo's copies on the CPU)
   // The result.

@@ -518,20 +518,21 @@ class ReplayOps {
     a.core.k = rope_forward(k, kv_bytes());
     a.core.v = v;
     Id lse = Timeline::kNone;
-    if (core_recompute()) {
-      // recompute(core, {q, k, v}): saves q, k, v; the core runs without autograd.
-      a.core.out = sdpa_forward(/*keep_lse=*/false, lse);
-    } else {
-      a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
-    }
+    // Recomputed (recomputed_linear: the core and o_proj as one function saving q, k, v): the core
+    // runs without autograd and nobody keeps its output. Otherwise the flash node saves out and
+    // o_proj saves it too: out back to [s, b, heads*d] is a view (SDPA's output follows the query's
+    // memory layout, [s, b, heads, d] here, on the CPU and in the CUDA kernels).
+    a.core.out = sdpa_forward(/*keep_lse=*/!core_recompute(), lse);
     a.core.lse = lse;
-    // out back to [s, b, heads*d] is a view: SDPA's output follows the query's memory layout
-    // ([s, b, heads, d] here), on the CPU and in the CUDA flash kernels. o_proj saves it.
-    a.o_in = a.core.out;
-    hold(a.o_in);
+    if (!core_recompute()) {
+      a.o_in = a.core.out;
+      hold(a.o_in);
+    }
     const Id o = reduce_output(gemm(T(), H(), qd));
-    // Without recompute the flash node saves out; with selective recompute nothing does.
-    if (core_recompute()) drop(a.core.out);
+    if (core_recompute()) {
+      drop(a.core.out);
+      a.core.out = Timeline::kNone;
+    }
     a.h = ew(Tn() * H() * e_, 2);  // h = x + o
     drop(o);
     return a.h;
@@ -542,13 +543,16 @@ class ReplayOps {
     const int64_t qd = s_.q_heads * s_.head_dim, kvd = s_.kv_heads * s_.head_dim;
     // o_proj: its input gradient is the gradient of the attention output.
     const Id go = gather_grad_copy(g);
-    const Id gout = linear_backward(go, T(), H(), qd, a.o_in, /*drop_grad=*/go != g);
     if (core_recompute()) {
-      // Recompute the core with autograd (out and lse saved again), then its backward.
+      // The core again with autograd (out and lse saved), its output o_proj's input, then o_proj's
+      // gradients and the core's backward.
       Id lse = Timeline::kNone;
       a.core.out = sdpa_forward(/*keep_lse=*/true, lse);
       a.core.lse = lse;
+      a.o_in = a.core.out;
+      hold(a.o_in);
     }
+    const Id gout = linear_backward(go, T(), H(), qd, a.o_in, /*drop_grad=*/go != g);
     Id dq, dk, dv;
     sdpa_backward(gout, a.core, dq, dk, dv);
     const Id gk = rope_backward(dk, kv_bytes());

@@ -39,7 +39,6 @@ json stage_json(const StageMemory& s) {
         {"logits_and_loss", s.logits_and_loss},
         {"logits_and_loss_peak", s.logits_and_loss_peak},
         {"optimizer_step_transient", s.optimizer_step_transient},
-        {"reduction_transient", s.reduction_transient},
         {"zero2_full_buckets", s.zero2_full_buckets}, {"zero3_gathered", s.zero3_gathered}}},
   };
 }

@@ -55,15 +55,18 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   q = q.permute({1, 2, 0, 3});
   k = k.permute({1, 2, 0, 3});
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
-  at::Tensor out;
-  if (recompute_core) {
-    out = recompute([this](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{core(in[0], in[1], in[2])}; },
-                    {q, k, v})[0];
-  } else {
-    out = core(q, k, v);
-  }
-  // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj.
-  return o_proj_.forward(out.permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_}));
+  // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj (a view: SDPA's output
+  // follows the query's layout).
+  auto core_out = [this, t, b](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return core(q, k, v).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
+  };
+  // Recomputed, the core's output is o_proj's input and nobody keeps it: the core runs again at
+  // the start of the block's backward, for o_proj's weight gradient and its own backward.
+  if (recompute_core)
+    return o_proj_.forward_recomputed(
+        [core_out](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{core_out(in[0], in[1], in[2])}; },
+        {q, k, v});
+  return o_proj_.forward(core_out(q, k, v));
 }
 
 }  // namespace trainer::model

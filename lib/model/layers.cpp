@@ -76,6 +76,15 @@ at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up, 
   return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()}, fused);
 }
 
+at::Tensor Linear::forward_recomputed(std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f,
+                                      const std::vector<at::Tensor>& inputs) const {
+  if (kind_ == LinearKind::Column) throw std::logic_error("forward_recomputed is for a row-parallel or whole linear");
+  if (kind_ == LinearKind::Replicated || tp_.size == 1)
+    return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{});
+  require_group(tp_, param_->name);
+  return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+}
+
 std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
                                                  const InputAgain& again) {
   const Linear& first = *linears.front();

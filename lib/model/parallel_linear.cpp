@@ -1,6 +1,7 @@
 #include "model/parallel_linear.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <tuple>
 
@@ -163,6 +164,56 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
   }
 };
 
+// Carries recomputed_linear's input function to backward.
+struct InputFunction : torch::CustomClassHolder {
+  explicit InputFunction(TensorFunction f) : fn(std::move(f)) {}
+  TensorFunction fn;
+};
+
+struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
+  // `group` null: one rank (no reduction). The inputs reach apply as a TensorList (see recompute.cpp).
+  static at::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<InputFunction> f, at::TensorList inputs,
+                            const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
+                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel) {
+    (void)weight_leaf;
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(f);
+    ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
+    ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["sp"] = sequence_parallel;
+    ctx->save_for_backward(inputs.vec());
+    const at::Tensor x = first_pass(f->fn, inputs.vec()).at(0);
+    const WeightUse w(*handle->params[0]);
+    at::Tensor partial = rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
+    return group ? sum_row_parallel(std::move(partial), *group->group, sequence_parallel) : partial;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto f = c10::static_intrusive_pointer_cast<InputFunction>(ctx->saved_data["fn"].toCapsule());
+    const auto handle = handle_of(ctx);
+    Parameter& p = *handle->params[0];
+    const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
+    const at::Tensor go =
+        group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
+    const auto saved = ctx->get_saved_variables();
+    // The order of the unrecomputed pair: o_proj's input and weight gradients, then the core's backward.
+    Replayed again = replay(f->fn, saved);
+    const at::Tensor x = again.outputs.at(0);
+    at::Tensor grad_x;
+    if (x.requires_grad()) {
+      const WeightUse w(p);
+      grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+    }
+    if (ctx->needs_input_grad(saved.size()))  // the weight leaf follows the inputs among the tensors
+      weight_gradient(handle->queue,
+                      [g = rows_of(go), in = rows_of(x.detach()), &p] { accumulate_gradient_mm(p, g.t(), in); });
+    if (grad_x.defined()) torch::autograd::backward({x}, {grad_x});
+    variable_list result = {at::Tensor()};  // none for the function
+    for (const auto& input : again.inputs) result.push_back(input.requires_grad() ? input.grad() : at::Tensor());
+    for (int i = 0; i < 4; ++i) result.push_back(at::Tensor());  // weight leaf, handles, sp
+    return result;
+  }
+};
+
 // silu(gate) * up, by kernels/swiglu when `fused`.
 at::Tensor swiglu_product(const at::Tensor& gate, const at::Tensor& up, bool use_fused) {
   return use_fused ? fused::swiglu_product(gate, up) : at::silu(gate) * up;
@@ -230,6 +281,14 @@ at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Para
                                  c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
                                  tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
                                  tp.sequence_parallel, fused);
+}
+
+at::Tensor recomputed_linear(TensorFunction f, const std::vector<at::Tensor>& inputs, Parameter& weight,
+                             WeightGradQueue* queue, TpComm tp) {
+  return RecomputedLinear::apply(c10::make_intrusive<InputFunction>(std::move(f)), at::TensorList(inputs), weight.tensor,
+                                 c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
+                                 tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
+                                 tp.sequence_parallel);
 }
 
 std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,

@@ -19,6 +19,7 @@
 
 #include "comm/communicator.h"
 #include "model/parameter.h"
+#include "model/recompute.h"
 #include "model/weight_grad_queue.h"
 
 namespace trainer::model {
@@ -41,6 +42,16 @@ std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::v
 // are summed over tp, all-reduced ([s, b, out] on every rank) or, with sequence parallelism,
 // reduce-scattered along the sequence ([s / tp, b, out]; the gradient is all-gathered in backward).
 at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp);
+
+// y = f(inputs) W^T where f's output, the linear's input, is kept by nobody: f runs without autograd
+// in forward and again with autograd in backward, where its output serves both the weight
+// gradient and f's own backward (model/recompute.h's passes). Only `inputs` are saved. Selective
+// recomputation of the attention core: the core's output is o_proj's input, so no attention
+// output is held between forward and backward, and the core still runs only once in backward.
+// Row-parallel like row_parallel_linear when tp.group is set; one rank otherwise (the arithmetic
+// of model::linear). f returns one tensor [..., in] (in: the weight's local columns).
+at::Tensor recomputed_linear(TensorFunction f, const std::vector<at::Tensor>& inputs, Parameter& weight,
+                             WeightGradQueue* queue, TpComm tp);
 
 // The SwiGLU MLP's second half, down(silu(gate) * up), as one function that saves only gate and
 // up: the product is recomputed in backward (for the weight gradient) instead of kept from

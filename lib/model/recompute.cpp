@@ -33,22 +33,12 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> holder, at::TensorList inputs) {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->save_for_backward(inputs.vec());
-    at::NoGradGuard no_grad;
-    PassScope pass(RecomputePass::First);
-    return holder->fn(inputs.vec());
+    return first_pass(holder->fn, inputs.vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto holder = c10::static_intrusive_pointer_cast<FunctionHolder>(ctx->saved_data["fn"].toCapsule());
-    const variable_list saved = ctx->get_saved_variables();
-    variable_list inputs;
-    for (const auto& s : saved) inputs.push_back(s.detach().requires_grad_(s.requires_grad()));
-    variable_list outputs;
-    {
-      at::AutoGradMode enable(true);
-      PassScope pass(RecomputePass::Replay);
-      outputs = holder->fn(inputs);
-    }
+    auto [inputs, outputs] = replay(holder->fn, ctx->get_saved_variables());
     variable_list roots, grads;
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (!outputs[i].requires_grad() || !grad_outputs[i].defined()) continue;
@@ -65,6 +55,21 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 }  // namespace
 
 RecomputePass recompute_pass() { return current_pass; }
+
+std::vector<at::Tensor> first_pass(const TensorFunction& fn, const std::vector<at::Tensor>& inputs) {
+  at::NoGradGuard no_grad;
+  PassScope pass(RecomputePass::First);
+  return fn(inputs);
+}
+
+Replayed replay(const TensorFunction& fn, const std::vector<at::Tensor>& saved) {
+  Replayed r;
+  for (const auto& s : saved) r.inputs.push_back(s.detach().requires_grad_(s.requires_grad()));
+  at::AutoGradMode enable(true);
+  PassScope pass(RecomputePass::Replay);
+  r.outputs = fn(r.inputs);
+  return r;
+}
 
 std::vector<at::Tensor> recompute(TensorFunction fn, const std::vector<at::Tensor>& inputs) {
   return RecomputeFunction::apply(c10::make_intrusive<FunctionHolder>(std::move(fn)), at::TensorList(inputs));

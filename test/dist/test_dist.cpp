@@ -377,6 +377,9 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
       {"tp3 sp seq 63", 3, tp3, " --set parallel.tp=3" + sp, 1e-5, " --set training.seq_len=63"},
       {"tp2 dp2 zero1 sp", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1" + sp},
       {"tp2 sp bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2" + sp, 1e-3},
+      // Selective recompute: o_proj (row-parallel, its gradient all-gathered under sp) over the
+      // recomputed attention core.
+      {"tp2 sp selective recompute", 2, " --set training.recompute=selective", " --set parallel.tp=2" + sp},
   };
   std::map<std::string, std::string> references;  // one single-process run per model and data
   for (const auto& c : cases) {
@@ -628,6 +631,8 @@ TEST_CASE("dist: every pipeline schedule reproduces the single-process loss curv
       {"pp2 tp2 sp 1f1b", 4, pp(2, "1f1b") + " --set parallel.tp=2 --set parallel.sequence_parallel=true"},
       {"pp2 dp2 zero1 interleaved", 4, pp(2, "interleaved_1f1b", 2) + " --set parallel.zero=1"},
       {"pp2 full recompute zero_bubble", 2, pp(2, "zero_bubble") + " --set training.recompute=full"},
+      // Deferred weight gradients of o_proj over the recomputed attention core (W holds its output).
+      {"pp2 selective recompute zero_bubble", 2, pp(2, "zero_bubble") + " --set training.recompute=selective"},
       // Tied embeddings: a head copy on the last stage, gradients summed over the embedding group
       // (zbv keeps both ends on stage 0).
       {"pp2 tied 1f1b", 2, pp(2, "1f1b") + tied},

@@ -235,7 +235,8 @@ void GradBuckets::launch(size_t index) {
     bucket.work = bucket.comm->all_reduce(bucket.grads, comm::ReduceOp::Sum);
   } else {
     at::Tensor shard = bucket.grads.narrow(0, shard_begin(bucket), shard_numel(bucket));
-    bucket.work = bucket.comm->reduce_scatter(shard, bucket.grads, comm::ReduceOp::Sum);
+    // The rest of the buffer is not read again this step: Gloo may reduce it in place.
+    bucket.work = bucket.comm->reduce_scatter_consuming(shard, bucket.grads, comm::ReduceOp::Sum);
   }
 }
 
@@ -251,7 +252,7 @@ void GradBuckets::launch_sharded_grads(size_t index) {
   // The step's first reduction writes the shard; later ones go through a temporary, added when done.
   at::Tensor output = b.launches == 0 ? b.shard_grads : at::empty_like(b.shard_grads);
   ++b.launches;
-  auto work = b.comm->reduce_scatter(output, input, comm::ReduceOp::Sum);
+  auto work = b.comm->reduce_scatter_consuming(output, input, comm::ReduceOp::Sum);  // released when done
   in_flight_.push_back({index, std::move(work), std::move(input), std::move(output)});
 }
 

@@ -7,6 +7,7 @@
 
 #include "model/layers.h"
 #include "model/linear_function.h"
+#include "model/parallel_linear.h"
 #include "model_test_util.h"
 
 using namespace trainer;
@@ -124,4 +125,41 @@ TEST_CASE("a tensor-parallel layer without its group refuses to run instead of c
   // A replicated layer is correct at any tp size.
   model::Linear replicated(params, "r.weight", 4, 6, model::LinearKind::Replicated, model::TensorParallel{1, 2});
   CHECK(replicated.forward(at::ones({2, 4})).sizes().vec() == std::vector<int64_t>{2, 6});
+}
+
+TEST_CASE("a linear over a recomputed input equals the linear over the function's output - bit for bit in fp32",
+          "[model][linear][recompute]") {
+  // f stands for the attention core: its output is the linear's input and is kept by nobody; f runs
+  // once in forward and once more in backward (for the weight gradient and its own backward).
+  for (bool deferred : {false, true}) {
+    CAPTURE(deferred);
+    LinearCase c;
+    const at::Tensor a = model_test::randn({2, 3, 7}, 5, at::kFloat).requires_grad_(true);
+    const at::Tensor constant = model_test::randn({2, 3, 7}, 6, at::kFloat);  // an input without gradient
+    int calls = 0;
+    const model::TensorFunction f = [&calls](const std::vector<at::Tensor>& in) {
+      ++calls;
+      return std::vector<at::Tensor>{at::tanh(in[0] * in[1]) + in[2]};
+    };
+    const at::Tensor go = model_test::randn({2, 3, 5}, 9, at::kFloat);
+    model::WeightGradQueue queue;
+    queue.set_deferring(deferred);
+    const at::Tensor y = model::recomputed_linear(f, {c.x, a, constant}, *c.w, &queue, model::TpComm{});
+    CHECK(calls == 1);
+    y.backward(go);
+    CHECK(calls == 2);
+    CHECK(c.w->tensor.grad().defined() != deferred);
+    queue.set_deferring(false);
+    queue.run_all();
+    const at::Tensor gx = c.x.grad().clone(), ga = a.grad().clone(), gw = c.w->tensor.grad().clone();
+
+    const at::Tensor x2 = c.x.detach().clone().requires_grad_(true), a2 = a.detach().clone().requires_grad_(true);
+    const at::Tensor w2 = c.w->tensor.detach().clone().requires_grad_(true);
+    const at::Tensor y2 = at::linear(f({x2, a2, constant})[0], w2);
+    y2.backward(go);
+    CHECK(at::equal(y, y2));
+    CHECK(at::equal(gx, x2.grad()));
+    CHECK(at::equal(ga, a2.grad()));
+    CHECK(at::equal(gw, w2.grad()));
+  }
 }

@@ -104,7 +104,7 @@ TEST_CASE("recompute modes give the same loss and gradients as none (fp32)", "[m
     if (config.moe) CHECK(none.aux > 0.5);
     for (const auto& g : none.grads)
       if (!config.moe) CHECK(g.defined());  // a dense model: every parameter gets a gradient
-    for (model::Recompute mode : {model::Recompute::Selective, model::Recompute::Full}) {
+    for (model::Recompute mode : {model::Recompute::CoreAttention, model::Recompute::Selective, model::Recompute::Full}) {
       CAPTURE(int(mode));
       const Run other = train_step(config, mode, at::kFloat);
       CHECK(other.loss == Approx(none.loss).epsilon(1e-6));
