@@ -94,7 +94,8 @@ class Communicator {
   virtual std::unique_ptr<Work> reduce_scatter_consuming(at::Tensor& output, at::Tensor& input, ReduceOp op) {
     return reduce_scatter(output, input, op);
   }
-  // output: the concatenation of every rank's input (flat, contiguous), rank order.
+  // output: the concatenation of every rank's input (flat, contiguous), rank order. The input may
+  // be this rank's chunk of the output itself (in place).
   virtual std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) = 0;
   // Along dim 0 with uneven splits: input rows [sum(in_splits[:j]), +in_splits[j]) go to rank j;
   // output rows from rank j land at [sum(out_splits[:j]), +out_splits[j]).

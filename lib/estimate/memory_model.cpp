@@ -10,11 +10,6 @@ namespace trainer::estimate {
 
 namespace {
 
-// On the CPU, Gloo gathers into a flat buffer of its own and copies it out. That buffer lives only
-// while the transfer runs on Gloo's thread, which the measured peaks show does not coincide with
-// them (counting one copy per prefetch overestimated ZeRO-3 peaks by 4-9%): none counted.
-constexpr double kGlooGatherCopy = 0.0;
-
 struct ChunkRun {
   double held = 0;  // level after the forward (what the micro-batch keeps for backward)
   double peak = 0;
@@ -117,17 +112,14 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
     // to fp32 in slices of at most 64 MiB (optim::AdamW::kCopyBudgetBytes) plus the tensor that
     // crosses it (fp32 buffers need no copy). The gradient norm reads the buffers in place. The
-    // distributed optimizer clones the updated shard for the all-gather; on the CPU Gloo gathers
-    // each bucket into a flat buffer of its own first, two buckets at a time (its two threads).
+    // distributed optimizer gathers the updated shards in place, into the buckets themselves (with
+    // NCCL and with Gloo: comm/gloo_communicator.cpp): nothing more.
     const double norm = double(stage.params.norm);
     const double shard = sharded(1);
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
     const double copy_budget = double(int64_t(64) << 20);
     const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
-    const double gloo_flat = std::min(e * (pd + pe), 2.0 * bucket_bytes * e / options.grad_bytes);
-    // ZeRO-3 gathers nothing at the step (each unit is gathered by the next forward).
-    const double gather = sharded_optimizer && zero < 3 ? e * shard + (options.gpu ? 0.0 : gloo_flat) : 0.0;
-    sm.optimizer_step_transient = std::max(copies, gather);
+    sm.optimizer_step_transient = copies;
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
   if (zero >= 2 && data_parallel) {
@@ -151,7 +143,6 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     // gathered for the step.
     const auto& u = stage.unit_params;
     const int64_t n = int64_t(u.size());
-    const double copy = options.gpu ? 1.0 : 1.0 + kGlooGatherCopy;
     // Captures by value: zero3_extra outlives this block (run_chunk calls it below).
     auto at = [&u, n](int64_t i) { return i >= 0 && i < n ? double(u[size_t(i)]) : 0.0; };
     std::vector<double> prefix(size_t(n) + 1, 0.0);  // prefix[i]: units before position i
@@ -177,14 +168,14 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
       double g = 0;
       switch (phase) {
         case ChunkRun::PreForward: case ChunkRun::LayerForward:
-          g = (reshard ? at(p) : upto(p)) + copy * at(p + 1);  // the next unit prefetched
+          g = (reshard ? at(p) : upto(p)) + at(p + 1);  // the next unit prefetched
           break;
         case ChunkRun::HeadForward: case ChunkRun::HeadBackward:
           g = reshard ? at(p) : all;
           break;
         case ChunkRun::LayerBackward: case ChunkRun::PreBackward:
           // The previous unit prefetched; without resharding, what the forward gathered is left.
-          g = reshard ? in_backward(p) + copy * in_backward(p - 1) : upto(p);
+          g = reshard ? in_backward(p) + in_backward(p - 1) : upto(p);
           if (keep_head && p != n - 1) g += at(n - 1);
           break;
       }
@@ -193,7 +184,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     // Reported: the forward's height (the backward's is no higher).
     for (int64_t i = 0; i < n; ++i)
       sm.zero3_gathered = std::max(sm.zero3_gathered, keep_all ? e * (all + pinned)
-                                                               : e * ((reshard ? at(i) : upto(i)) + copy * at(i + 1) + pinned));
+                                                               : e * ((reshard ? at(i) : upto(i)) + at(i + 1) + pinned));
   }
   if (options.gpu) sm.cublas_workspace = options.gpu->cublas_workspace_bytes;
   sm.static_bytes = sm.parameters + sm.gradients + sm.optimizer_states + sm.model_buffers +
@@ -236,8 +227,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   const double after_backward = sm.optimizer_step_transient;
   if (after_backward > during_microbatch) {
     sm.peak_allocated = sm.static_bytes + after_backward;
-    sm.peak_phase = sharded_optimizer ? "optimizer step (ZeRO parameter all-gather)"
-                                      : "optimizer step (fp32 gradient copies)";
+    sm.peak_phase = "optimizer step (fp32 gradient copies)";
   } else {
     sm.peak_allocated = sm.static_bytes + during_microbatch;
     sm.peak_phase = sm.microbatch_peak_at;

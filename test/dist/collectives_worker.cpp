@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "mesh/process_groups.h"
@@ -57,6 +58,38 @@ void check_group(comm::Communicator& g, int64_t global_rank) {
   at::Tensor expected = at::empty({n * 3}, f);
   for (int64_t q = 0; q < n; ++q) expected.narrow(0, q * 3, 3).fill_(double(members[q]));
   expect_equal(gathered, expected, name + " all_gather");
+
+  // all_gather in place (the input is this rank's chunk of the output), bit for bit: signed zeros,
+  // infinities and NaN travel unchanged (Gloo gathers by an all-reduce over -0.0 elsewhere).
+  {
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    auto special = [&](int64_t q) {
+      return at::tensor({-0.0, 0.0, inf, -inf, nan, double(members[q]) + 0.25}, at::TensorOptions().dtype(f));
+    };
+    at::Tensor all = at::empty({n * 6}, f);
+    at::Tensor mine = all.narrow(0, r * 6, 6);
+    mine.copy_(special(r));
+    g.all_gather(all, mine)->wait();
+    at::Tensor expected_bits = at::empty({n * 6}, f);
+    for (int64_t q = 0; q < n; ++q) expected_bits.narrow(0, q * 6, 6).copy_(special(q));
+    if (!at::equal(all.view(at::kInt), expected_bits.view(at::kInt)))
+      throw std::runtime_error(fmt::format("{} all_gather in place: got {} expected {}", name, all.toString(),
+                                           expected_bits.toString()));
+  }
+
+  // reduce_scatter_consuming with the output a view of the input (ZeRO's buckets): the same sums.
+  {
+    at::Tensor bucket = at::arange(n * chunk, f) + double(global_rank) * 1000;
+    at::Tensor shard = bucket.narrow(0, r * chunk, chunk);
+    g.reduce_scatter_consuming(shard, bucket, comm::ReduceOp::Sum)->wait();
+    expect_equal(shard, (at::arange(chunk, f) + double(r * chunk)) * double(n) + sum_of_members * 1000,
+                 name + " reduce_scatter_consuming in place");
+    at::Tensor separate = at::empty({chunk}, f);
+    at::Tensor input2 = at::arange(n * chunk, f) + double(global_rank) * 1000;
+    g.reduce_scatter_consuming(separate, input2, comm::ReduceOp::Avg)->wait();
+    expect_equal(separate, (at::arange(chunk, f) + double(r * chunk)) + sum_of_members * 1000 / double(n),
+                 name + " reduce_scatter_consuming avg");
+  }
 
   // all_to_all with uneven splits: rank r sends (j + 1) rows of value r*100 + j to rank j.
   std::vector<int64_t> in_splits, out_splits;

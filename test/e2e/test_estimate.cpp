@@ -160,13 +160,15 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 3
       with({"parallel.zero=3", "parallel.dp_shard=2"}),
   }, 4);
   // The measured peaks fall as the stages say: ZeRO-1 shards the optimizer states, ZeRO-2 also
-  // keeps a quarter of the fp32 gradients.
+  // keeps a quarter of the fp32 gradients. Accumulating unsharded, ZeRO-2 holds ZeRO-1's full
+  // gradients during backward and its shards besides: a little above ZeRO-1.
   INFO("measured peaks: zero 0 " << peaks[0] << ", zero 1 " << peaks[1] << ", zero 2 " << peaks[2]
                                  << ", zero 2 unsharded accumulation " << peaks[3]);
   CHECK(peaks[1] < peaks[0]);
   CHECK(peaks[2] < 0.7 * peaks[0]);
   CHECK(peaks[2] < peaks[3]);
-  CHECK(peaks[3] < peaks[1]);
+  CHECK(peaks[3] > peaks[1]);
+  CHECK(peaks[3] < peaks[0]);
   // Hybrid 2 x 2 shards gradients and optimizer states over 2 ranks instead of 4: above ZeRO-2,
   // below ZeRO-0 (not below ZeRO-1 at 4 ranks, whose optimizer states are sharded over 4).
   CHECK(peaks[4] > peaks[2]);
@@ -174,10 +176,12 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 3
   // Keeping ZeRO-3's parameters gathered from forward to backward costs a model's worth of them.
   INFO("zero 3 " << peaks[5] << ", without resharding after forward " << peaks[7]);
   CHECK(peaks[7] > peaks[5]);
-  // ZeRO-2 in bf16: rank 0's measured peak is not always the same on the CPU (30,529,940 bytes in
+  // ZeRO-2 in bf16: rank 0's measured peak was not always the same on the CPU (30,529,940 bytes in
   // every run here, quiet or loaded, the prediction 2.7% below it; once 31,384,844 in a CI run,
-  // 5.4%): 0.85 MB that thread timing decides, not found yet. Its own tolerance, so the other
-  // cases keep 5%.
+  // 5.4%): 0.85 MB that thread timing decided. Gloo's worker threads then chose when a finished
+  // collective's tensors and its all-gathers' flat buffers went; neither happens any more
+  // (comm/gloo_communicator.cpp: 27,907,476 bytes in every run since, 3.9% above the prediction).
+  // Its own tolerance until CI runs agree, so the other cases keep 5%.
   check_accuracy(kTiny, {with({"parallel.zero=2", "training.dtype=bf16"})}, 4, 0.07);
 }
 

@@ -92,7 +92,7 @@ void DistributedOptimizer::step(double lr) {
     auto& bucket = all[b];
     at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
     mine.copy_(shards_[b][kMaster]);
-    gathers_[b] = bucket.comm->all_gather(bucket.values, mine.clone());
+    gathers_[b] = bucket.comm->all_gather(bucket.values, mine);  // in place: no copy of the shard
   }
   if (!overlap_gather_)
     for (size_t b = 0; b < all.size(); ++b) last_gather_wait_s_ += finish_gather(b);

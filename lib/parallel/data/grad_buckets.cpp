@@ -263,6 +263,9 @@ void GradBuckets::retire_oldest(const comm::Communicator* comm) {
   it->work->wait();
   Bucket& b = buckets_[it->bucket];
   if (!it->output.is_same(b.shard_grads)) b.shard_grads.add_(it->output);
+  // The full-size input goes now, not whenever the backend's own references to it go (Gloo's
+  // worker threads drop theirs at a time of their choosing; NCCL recorded its stream on it).
+  model::release_storage(it->input);
   in_flight_.erase(it);
 }
 
