@@ -18,11 +18,12 @@ std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const rec
           "GPUs use 1f1b, zero_bubble or gpipe (or interleaved_1f1b with micro-batches per step a multiple of pp)",
           r.parallel.pipeline_schedule, mesh.pp, mesh.grad_accum_steps));
   }
-  // Ring attention's blocks run on the CPU flash kernel; the GPU's fused kernels with a
-  // log-sum-exp are not wired (no GPU has run them yet). Ulysses runs SDPA, on any device.
+  // Ring attention's blocks call ATen's CUDA flash kernel on GPUs (parallel/context/attention_block.cpp),
+  // but no GPU has run that path yet (unit_parallel's "[cuda]" case checks it on one): refused
+  // until it has, rather than trusted. Ulysses runs SDPA, on any device.
   if (mesh.cp > 1 && r.parallel.cp_method == "ring")
-    problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build; on GPUs "
-                                   "use parallel.cp_method=\"ulysses\"",
+    problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build (its GPU "
+                                   "path has not been checked on a GPU yet); on GPUs use parallel.cp_method=\"ulysses\"",
                                    mesh.cp));
   return problems;
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <tuple>
 
 namespace trainer::parallel {
 
@@ -22,17 +23,30 @@ at::Tensor sum_groups(const at::Tensor& grad, int64_t kv_heads) {
   return grad.unflatten(1, {kv_heads, groups}).sum(2);
 }
 
-void check_device(const at::Tensor& q) {
-  if (!q.device().is_cpu())
-    throw std::logic_error(fmt::format("ring attention runs its blocks on the CPU kernel only; found a tensor on {}",
-                                       q.device().str()));
+// The CUDA flash kernel takes 16-bit inputs whose head size is a multiple of 8, at most 256.
+void check_cuda_inputs(const at::Tensor& q) {
+  const auto t = q.scalar_type();
+  const int64_t d = q.size(-1);
+  if ((t != at::kBFloat16 && t != at::kHalf) || d % 8 != 0 || d > 256)
+    throw std::logic_error(fmt::format("ring attention on a GPU runs the flash kernel, which takes bf16 or fp16 and a "
+                                       "head size that is a multiple of 8 up to 256; found {} with head size {}",
+                                       c10::toString(t), d));
 }
 
 }  // namespace
 
 BlockAttention attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
-  check_device(q);
   const int64_t heads = q.size(1);
+  if (q.is_cuda()) {
+    check_cuda_inputs(q);
+    // (out, lse, cumulative lengths, max lengths, philox seed and offset, debug mask)
+    const auto r = at::_scaled_dot_product_flash_attention(q, expand_heads(k, heads), expand_heads(v, heads),
+                                                           /*dropout_p=*/0.0, causal);
+    return {std::get<0>(r), std::get<1>(r)};
+  }
+  if (!q.device().is_cpu())
+    throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
+                                       q.device().str()));
   auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, expand_heads(k, heads), expand_heads(v, heads),
                                                                     /*dropout_p=*/0.0, causal);
   return {out, lse};
@@ -40,10 +54,23 @@ BlockAttention attend_block(const at::Tensor& q, const at::Tensor& k, const at::
 
 BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal) {
-  check_device(q);
   const int64_t heads = q.size(1);
-  auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-      grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, causal);
+  at::Tensor dq, dk, dv;
+  if (q.is_cuda()) {
+    check_cuda_inputs(q);
+    // Not variable-length (no cumulative lengths) and without dropout (the seed and offset are
+    // not read; empty, as the forward returns them then).
+    const at::Tensor none, unused = at::empty({}, at::TensorOptions().dtype(at::kLong));
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+        grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, none, none, q.size(2), k.size(2),
+        /*dropout_p=*/0.0, causal, unused, unused);
+  } else {
+    if (!q.device().is_cpu())
+      throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
+                                         q.device().str()));
+    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, causal);
+  }
   return {dq, sum_groups(dk, k.size(1)), sum_groups(dv, v.size(1))};
 }
 

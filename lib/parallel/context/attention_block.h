@@ -3,7 +3,9 @@
 // log-sum-exp of the scores, and its backward given the final output and log-sum-exp of the rows:
 // the pieces ring attention is made of (flash attention's split of softmax across key blocks).
 // On the CPU: ATen's flash-attention kernel for the CPU, which returns the log-sum-exp and whose
-// backward takes it (the same kernel at::scaled_dot_product_attention runs there). Shapes:
+// backward takes it (the same kernel at::scaled_dot_product_attention runs there); on CUDA ATen's
+// flash kernel (bf16 or fp16, head size a multiple of 8 up to 256), whose backward takes the rows'
+// final output and log-sum-exp the same way. Shapes:
 // q [B, h, Lq, d]; k, v [B, kv, Lk, d] with h a multiple of kv (grouped-query attention: each kv
 // head serves h / kv consecutive query heads). `causal`: top-left aligned, for square blocks.
 #include <ATen/core/Tensor.h>
