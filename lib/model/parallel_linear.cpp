@@ -192,20 +192,24 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
     const auto handle = handle_of(ctx);
     Parameter& p = *handle->params[0];
     const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
-    const at::Tensor go =
-        group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
     const auto saved = ctx->get_saved_variables();
     // The order of the unrecomputed pair: o_proj's input and weight gradients, then the core's backward.
     Replayed again = replay(f->fn, saved);
     const at::Tensor x = again.outputs.at(0);
     at::Tensor grad_x;
-    if (x.requires_grad()) {
-      const WeightUse w(p);
-      grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+    {
+      // With sp the output gradient gathered over the whole sequence: gone before the core's backward
+      // (unless a deferred weight gradient keeps it, as row_parallel_linear's would).
+      const at::Tensor go =
+          group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
+      if (x.requires_grad()) {
+        const WeightUse w(p);
+        grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+      }
+      if (ctx->needs_input_grad(saved.size()))  // the weight leaf follows the inputs among the tensors
+        weight_gradient(handle->queue,
+                        [g = rows_of(go), in = rows_of(x.detach()), &p] { accumulate_gradient_mm(p, g.t(), in); });
     }
-    if (ctx->needs_input_grad(saved.size()))  // the weight leaf follows the inputs among the tensors
-      weight_gradient(handle->queue,
-                      [g = rows_of(go), in = rows_of(x.detach()), &p] { accumulate_gradient_mm(p, g.t(), in); });
     if (grad_x.defined()) torch::autograd::backward({x}, {grad_x});
     variable_list result = {at::Tensor()};  // none for the function
     for (const auto& input : again.inputs) result.push_back(input.requires_grad() ? input.grad() : at::Tensor());

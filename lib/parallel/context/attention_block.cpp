@@ -59,11 +59,13 @@ BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tenso
   if (q.is_cuda()) {
     check_cuda_inputs(q);
     // Not variable-length (no cumulative lengths) and without dropout (the seed and offset are
-    // not read; empty, as the forward returns them then).
+    // not read; empty, as the forward returns them then). The kernel indexes the log-sum-exp as a
+    // contiguous [B, h, Lq] (ATen makes out and grad_out contiguous, not it): ring attention hands
+    // in row slices of the whole rows' log-sum-exp.
     const at::Tensor none, unused = at::empty({}, at::TensorOptions().dtype(at::kLong));
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-        grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, none, none, q.size(2), k.size(2),
-        /*dropout_p=*/0.0, causal, unused, unused);
+        grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse.contiguous(), none, none, q.size(2),
+        k.size(2), /*dropout_p=*/0.0, causal, unused, unused);
   } else {
     if (!q.device().is_cpu())
       throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
