@@ -102,10 +102,11 @@ class GlooCommunicator : public Communicator {
   // Gloo's allgather receives into a flat buffer it allocates on its worker thread and copies out
   // of, so the host's peak memory would depend on thread timing. Instead: an all-reduce (sum) of
   // the output itself, holding this rank's input in its chunk and -0.0 elsewhere, the additive
-  // identity of IEEE arithmetic (x + -0.0 == x for every x, signed zeros included), so the result is
-  // the gathered values bit for bit in fp32 and fp64 (a NaN stays a NaN; in bf16 and fp16, which
-  // Gloo sums through float, its sign and payload may not survive). Twice the traffic of a ring all-gather; Gloo is the
-  // CPU backend (tests, small runs). In place when the input is this rank's chunk of the output.
+  // identity of IEEE arithmetic (x + -0.0 == x for every x, signed zeros included), so the result
+  // is the gathered values bit for bit in fp32 and fp64 (a NaN stays a NaN; in bf16 and fp16,
+  // which Gloo sums through float, its sign and payload may not survive). Twice the traffic of a
+  // ring all-gather; Gloo is the CPU backend (tests, small runs). In place when the input is this
+  // rank's chunk of the output.
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
     check_all_gather(describe("all_gather"), size(), output, input);
     const int64_t chunk = input.numel(), n = size();

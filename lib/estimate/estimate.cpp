@@ -177,12 +177,12 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     // Optimizer: memory-bound over this rank's shard of the parameters.
     const double shard = p.zero >= 1 ? double(stage.params.dense) / dense_ranks + double(stage.params.expert) / expert_ranks
                                      : double(stage.params.total());
+    const double optimizer_kernels = double(stage.params.tensors) * 6 / 32.0;  // foreach kernels, 32 tensors each
     tb.optimizer_s = shard * optimizer_bytes_per_param(job.shape.dtype_bytes) / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
-                     double(stage.params.tensors) * 6 * gpu.kernel_overhead_s / 32.0;  // foreach kernels, 32 tensors each
+                     optimizer_kernels * gpu.kernel_overhead_s;
     tb.step_s = tb.microbatch_s * double(m) + tb.bubble_s + tb.dp_exposed_s + tb.param_gather_s + tb.optimizer_s;
     // The host launches asynchronously; when its launches take longer than the GPU's work, the GPU
     // waits for it (tiny models: launch-bound).
-    const double optimizer_kernels = double(stage.params.tensors) * 6 / 32.0;
     tb.kernels = all.kernels * double(m) + optimizer_kernels;
     tb.host_s = tb.kernels * gpu.host_s_per_kernel;
     tb.host_exposed_s = std::max(0.0, tb.host_s - tb.step_s);

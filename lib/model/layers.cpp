@@ -76,8 +76,7 @@ at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up, 
   return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()}, fused);
 }
 
-at::Tensor Linear::forward_recomputed(std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f,
-                                      const std::vector<at::Tensor>& inputs) const {
+at::Tensor Linear::forward_recomputed(TensorFunction f, const std::vector<at::Tensor>& inputs) const {
   if (kind_ == LinearKind::Column) throw std::logic_error("forward_recomputed is for a row-parallel or whole linear");
   if (kind_ == LinearKind::Replicated || tp_.size == 1)
     return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{});

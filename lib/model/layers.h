@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "model/parameter.h"
+#include "model/recompute.h"
 #include "model/weight_grad_queue.h"
 
 namespace trainer::model {
@@ -95,8 +96,7 @@ class Linear {
   at::Tensor forward_swiglu(const at::Tensor& gate, const at::Tensor& up, bool fused = false) const;
   // forward(f(inputs)) keeping neither f's output nor its activations: f runs again in backward
   // (model/parallel_linear.h's recomputed_linear); a whole or row-parallel linear.
-  at::Tensor forward_recomputed(std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)> f,
-                                const std::vector<at::Tensor>& inputs) const;
+  at::Tensor forward_recomputed(TensorFunction f, const std::vector<at::Tensor>& inputs) const;
   // Column-parallel linears over one input, with one tp communication for all of them.
   static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
                                                   const InputAgain& again = {});

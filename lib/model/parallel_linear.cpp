@@ -17,6 +17,7 @@ using detail::handle_of;
 using detail::rows_of;
 using detail::weight_gradient;
 using detail::WeightHandle;
+using detail::FunctionHolder;
 using detail::WeightUse;
 using parallel::GroupHandle;
 using torch::autograd::AutogradContext;
@@ -164,15 +165,9 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
   }
 };
 
-// Carries recomputed_linear's input function to backward.
-struct InputFunction : torch::CustomClassHolder {
-  explicit InputFunction(TensorFunction f) : fn(std::move(f)) {}
-  TensorFunction fn;
-};
-
 struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
   // `group` null: one rank (no reduction). The inputs reach apply as a TensorList (see recompute.cpp).
-  static at::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<InputFunction> f, at::TensorList inputs,
+  static at::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> f, at::TensorList inputs,
                             const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
                             c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel) {
     (void)weight_leaf;
@@ -188,7 +183,7 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto f = c10::static_intrusive_pointer_cast<InputFunction>(ctx->saved_data["fn"].toCapsule());
+    const auto f = c10::static_intrusive_pointer_cast<FunctionHolder>(ctx->saved_data["fn"].toCapsule());
     const auto handle = handle_of(ctx);
     Parameter& p = *handle->params[0];
     const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
@@ -289,7 +284,7 @@ at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Para
 
 at::Tensor recomputed_linear(TensorFunction f, const std::vector<at::Tensor>& inputs, Parameter& weight,
                              WeightGradQueue* queue, TpComm tp) {
-  return RecomputedLinear::apply(c10::make_intrusive<InputFunction>(std::move(f)), at::TensorList(inputs), weight.tensor,
+  return RecomputedLinear::apply(c10::make_intrusive<FunctionHolder>(std::move(f)), at::TensorList(inputs), weight.tensor,
                                  c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
                                  tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
                                  tp.sequence_parallel);

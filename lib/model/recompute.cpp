@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <ATen/core/ivalue.h>
 
+#include "model/weight_use.h"
+
 namespace trainer::model {
 
 namespace {
@@ -20,12 +22,7 @@ struct PassScope {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Holds the function for backward; IValue capsules carry arbitrary ref-counted objects.
-struct FunctionHolder : torch::CustomClassHolder {
-  explicit FunctionHolder(TensorFunction f) : fn(std::move(f)) {}
-  TensorFunction fn;
-};
+using detail::FunctionHolder;
 
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
   // `inputs` must reach Function::apply as a TensorList: apply's variable extraction treats a

@@ -1,7 +1,7 @@
 #pragma once
 // Internal to lib/model: what the custom linear functions (linear_function.cpp,
-// parallel_linear.cpp) share: carrying parameters to backward, taking a weight for one use, and
-// computing a weight gradient now or queueing it.
+// parallel_linear.cpp) share: carrying parameters and functions to backward, taking a weight for
+// one use, and computing a weight gradient now or queueing it.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/parameter.h"
+#include "model/recompute.h"
 #include "model/weight_grad_queue.h"
 
 namespace trainer::model::detail {
@@ -25,6 +26,12 @@ struct WeightHandle : torch::CustomClassHolder {
 inline c10::intrusive_ptr<WeightHandle> handle_of(torch::autograd::AutogradContext* ctx) {
   return c10::static_intrusive_pointer_cast<WeightHandle>(ctx->saved_data["weight"].toCapsule());
 }
+
+// A function run again in backward (model/recompute.h): carried there in a capsule.
+struct FunctionHolder : torch::CustomClassHolder {
+  explicit FunctionHolder(TensorFunction f) : fn(std::move(f)) {}
+  TensorFunction fn;
+};
 
 // A linear's input computed again in backward instead of saved (model/layers.h's InputAgain).
 struct InputAgainHandle : torch::CustomClassHolder {

@@ -23,30 +23,33 @@ at::Tensor sum_groups(const at::Tensor& grad, int64_t kv_heads) {
   return grad.unflatten(1, {kv_heads, groups}).sum(2);
 }
 
-// The CUDA flash kernel takes 16-bit inputs whose head size is a multiple of 8, at most 256.
-void check_cuda_inputs(const at::Tensor& q) {
-  const auto t = q.scalar_type();
-  const int64_t d = q.size(-1);
-  if ((t != at::kBFloat16 && t != at::kHalf) || d % 8 != 0 || d > 256)
-    throw std::logic_error(fmt::format("ring attention on a GPU runs the flash kernel, which takes bf16 or fp16 and a "
-                                       "head size that is a multiple of 8 up to 256; found {} with head size {}",
-                                       c10::toString(t), d));
+// The blocks run on the CPU kernel or, on CUDA, the flash kernel, which takes 16-bit inputs whose
+// head size is a multiple of 8, at most 256.
+void check_inputs(const at::Tensor& q) {
+  if (q.is_cuda()) {
+    const auto t = q.scalar_type();
+    const int64_t d = q.size(-1);
+    if ((t != at::kBFloat16 && t != at::kHalf) || d % 8 != 0 || d > 256)
+      throw std::logic_error(fmt::format("ring attention on a GPU runs the flash kernel, which takes bf16 or fp16 and "
+                                         "a head size that is a multiple of 8 up to 256; found {} with head size {}",
+                                         c10::toString(t), d));
+  } else if (!q.device().is_cpu()) {
+    throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
+                                       q.device().str()));
+  }
 }
 
 }  // namespace
 
 BlockAttention attend_block(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
+  check_inputs(q);
   const int64_t heads = q.size(1);
   if (q.is_cuda()) {
-    check_cuda_inputs(q);
     // (out, lse, cumulative lengths, max lengths, philox seed and offset, debug mask)
     const auto r = at::_scaled_dot_product_flash_attention(q, expand_heads(k, heads), expand_heads(v, heads),
                                                            /*dropout_p=*/0.0, causal);
     return {std::get<0>(r), std::get<1>(r)};
   }
-  if (!q.device().is_cpu())
-    throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
-                                       q.device().str()));
   auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, expand_heads(k, heads), expand_heads(v, heads),
                                                                     /*dropout_p=*/0.0, causal);
   return {out, lse};
@@ -54,10 +57,10 @@ BlockAttention attend_block(const at::Tensor& q, const at::Tensor& k, const at::
 
 BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal) {
+  check_inputs(q);
   const int64_t heads = q.size(1);
   at::Tensor dq, dk, dv;
   if (q.is_cuda()) {
-    check_cuda_inputs(q);
     // Not variable-length (no cumulative lengths) and without dropout (the seed and offset are
     // not read; empty, as the forward returns them then). The kernel indexes the log-sum-exp as a
     // contiguous [B, h, Lq] (ATen makes out and grad_out contiguous, not it): ring attention hands
@@ -67,9 +70,6 @@ BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tenso
         grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse.contiguous(), none, none, q.size(2),
         k.size(2), /*dropout_p=*/0.0, causal, unused, unused);
   } else {
-    if (!q.device().is_cpu())
-      throw std::logic_error(fmt::format("ring attention's blocks run on the CPU or CUDA; found a tensor on {}",
-                                         q.device().str()));
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, causal);
   }
