@@ -90,13 +90,11 @@ class GlooCommunicator : public Communicator {
 
   // Gloo has no reduce-scatter: an all-reduce of a copy of the input, this rank's chunk copied out.
   std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override {
-    check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
-    return all_reduce_then_chunk(output, input.clone(), op);
+    return all_reduce_then_chunk(output, input, /*in_place=*/false, op);
   }
   // The input is the caller's to lose: all-reduced in place, no copy.
   std::unique_ptr<Work> reduce_scatter_consuming(at::Tensor& output, at::Tensor& input, ReduceOp op) override {
-    check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
-    return all_reduce_then_chunk(output, input, op);
+    return all_reduce_then_chunk(output, input, /*in_place=*/true, op);
   }
 
   // Gloo's allgather receives into a flat buffer it allocates on its worker thread and copies out
@@ -165,9 +163,11 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
-  // Sums `buffer` over the group in place; when done, output takes this rank's chunk of it (unless
-  // it is that chunk already: a view of the buffer).
-  std::unique_ptr<Work> all_reduce_then_chunk(at::Tensor& output, at::Tensor buffer, ReduceOp op) {
+  // Sums the input over the group (in place, or a copy of it); when done, output takes this rank's
+  // chunk of the sum (unless it is that chunk already: a view of the input).
+  std::unique_ptr<Work> all_reduce_then_chunk(at::Tensor& output, const at::Tensor& input, bool in_place, ReduceOp op) {
+    check_reduce_scatter(describe("reduce_scatter"), size(), output, input);
+    at::Tensor buffer = in_place ? input : input.clone();
     std::vector<at::Tensor> tensors = {buffer};
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
