@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace trainer {
 
@@ -28,7 +27,34 @@ std::pair<size_t, size_t> line_and_column(const std::string& text, size_t offset
 
 }  // namespace
 
+void check_json_depth(const std::string& text, const std::string& source) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        const auto [line, column] = line_and_column(text, i);
+        throw UserError(fmt::format("{}:{}:{}: JSON nested deeper than {} levels (arrays and objects inside each "
+                                    "other); no file trainer reads needs that many",
+                                    source, line, column, kMaxJsonDepth));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
+  // Before the parser: nlohmann's values are copied, compared and printed recursively.
+  check_json_depth(text, source);
   // Duplicate keys: the parser callback sees each key; one set of seen keys per open object.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
@@ -68,14 +94,7 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
   return value;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open file", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("{}: cannot read file", path));
-  return parse_json_text(buffer.str(), path);
-}
+nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
 
 std::string describe_json(const nlohmann::json& value) {
   std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);

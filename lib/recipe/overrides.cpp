@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+#include "core/json_file.h"
 #include "recipe/keys.h"
 #include "recipe/schema.h"
 
@@ -20,6 +22,12 @@ void apply_overrides(nlohmann::json& recipe, const std::vector<std::string>& ove
     const KeySpec* spec = find_key(path);
     if (!spec) {
       problems.push_back(fmt::format("--set {}: {}", text, unknown_key_message(path)));
+      continue;
+    }
+    try {
+      check_json_depth(raw, "--set " + path);  // before the parser, as for files
+    } catch (const UserError& e) {
+      problems.push_back(e.what());
       continue;
     }
     nlohmann::json value = nlohmann::json::parse(raw, nullptr, /*allow_exceptions=*/false);

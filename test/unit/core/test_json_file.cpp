@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/json_file.h"
@@ -32,7 +33,28 @@ TEST_CASE("duplicate keys are errors - at any depth", "[core]") {
 }
 
 TEST_CASE("a missing file is a user error naming it", "[core]") {
-  CHECK_THROWS_WITH(trainer::read_json_file("/nonexistent/recipe.json"), "/nonexistent/recipe.json: cannot open file");
+  CHECK_THROWS_WITH(trainer::read_json_file("/nonexistent/recipe.json"),
+                    Catch::Matchers::StartsWith("/nonexistent/recipe.json: cannot open file ("));
+}
+
+TEST_CASE("nesting deeper than the limit is an error naming the place - not a stack overflow", "[core]") {
+  const int limit = trainer::kMaxJsonDepth;
+  const std::string at_limit = std::string(size_t(limit), '[') + std::string(size_t(limit), ']');
+  CHECK(error_of(at_limit).empty());
+  const std::string over = std::string(size_t(limit) + 1, '[') + std::string(size_t(limit) + 1, ']');
+  CHECK(error_of(over) == fmt::format("r.json:1:{}: JSON nested deeper than {} levels (arrays and objects inside each "
+                                      "other); no file trainer reads needs that many",
+                                      limit + 1, limit));
+  // A million levels, unterminated as a fuzzer writes them, and inside objects.
+  CHECK(error_of(std::string(1000000, '[')).find("r.json:1:129: JSON nested deeper") == 0);
+  std::string objects;
+  for (int i = 0; i < 200000; ++i) objects += "{\"a\":";
+  CHECK(error_of("\n" + objects).find("r.json:2:") == 0);
+  // Brackets inside strings are text, also after an escaped quote.
+  const std::string in_string = "{\"a\": \"\\\"" + std::string(1000, '[') + "\"}";
+  CHECK(error_of(in_string).empty());
+  CHECK_THROWS_WITH(trainer::check_json_depth(over, "--set model.x"),
+                    Catch::Matchers::StartsWith("--set model.x:1:129: JSON nested deeper"));
 }
 
 TEST_CASE("json values are described for messages", "[core]") {
