@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/regular_file.h"
-#include "support/process.h"
+#include "process.h"
 
 using trainer::UserError;
 using trainer::test::TempDir;
