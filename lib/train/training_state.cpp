@@ -89,9 +89,13 @@ bool on_another_expert_rank(const std::string& name, const model::Transformer& m
   if (model.options().ep.size == 1 || !config.moe) return false;
   const std::string marker = ".block_sparse_moe.experts.";
   const size_t at = name.find(marker);
-  if (at == std::string::npos) return false;
+  const std::string layers = "model.layers.";
+  if (at == std::string::npos || name.rfind(layers, 0) != 0) return false;
+  // An expert of a dense layer, or past the last expert, belongs to another model.
+  const int64_t layer = std::atoll(name.c_str() + layers.size());
   const int64_t expert = std::atoll(name.c_str() + at + marker.size());
-  return expert >= 0 && expert < config.moe->num_local_experts;
+  return layer >= 0 && layer < config.num_hidden_layers && config.is_moe_layer(layer) && expert >= 0 &&
+         expert < config.moe->num_local_experts;
 }
 }  // namespace
 
@@ -147,7 +151,9 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
   std::vector<std::string> unused;
   for (const auto& [name, tensor] : weights) {
     if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
-    if (!model.parameters().find(name) && !on_another_stage(name, model)) unused.push_back(name);
+    // Another rank's pipeline stage or experts hold it: known to the model, not to this rank.
+    if (!model.parameters().find(name) && !on_another_stage(name, model) && !on_another_expert_rank(name, model))
+      unused.push_back(name);
   }
   if (!unused.empty())
     throw UserError(fmt::format("{}: {} in the Hugging Face weights {} no parameter of the recipe's model "

@@ -241,3 +241,59 @@ TEST_CASE("hf: init_from without weights is an error naming the directory", "[hf
   CHECK(r.exit_code == 2);
   CHECK(r.err.find(dir.path() + ": no model.safetensors") != std::string::npos);
 }
+
+TEST_CASE("hf: init_from under expert parallelism - ep, etp, ep with pp, the folded 5-D mesh - loads the weights and the first loss of one process", "[hf][ep]") {
+  // Weights W from a short MoE run. A step from W with a learning rate far below any weight's
+  // rounding step leaves every weight at W, so each mesh's checkpoint must export to W's bytes (each
+  // rank loaded exactly its experts and slices), and its first loss, computed by the mesh's forward
+  // pass from those weights, must be the single process's.
+  TempDir dir;
+  const std::string moe = source_dir() + "/recipes/tiny-moe.json";
+  const std::vector<std::string> model = {"--set", "model.num_hidden_layers=2", "--set", "training.seq_len=64"};
+  auto with_model = [&](std::vector<std::string> args) {
+    args.insert(args.begin() + 3, model.begin(), model.end());
+    return args;
+  };
+  REQUIRE(run_process(with_model({trainer_binary(), "run", moe, "--set", "training.steps=2", "--set",
+                                  "optimizer.warmup_steps=1", "--set", "checkpoint.dir=" + dir.path() + "/ck0"}),
+                      300, {"OMP_NUM_THREADS=1"})
+              .exit_code == 0);
+  REQUIRE(run_process({trainer_binary(), "ckpt", "export", dir.path() + "/ck0", "--hf", dir.path() + "/w"}).exit_code == 0);
+  struct Mesh {
+    std::string name;
+    int nproc;
+    std::vector<std::string> sets;
+  };
+  const std::vector<Mesh> meshes = {
+      {"single", 1, {}},
+      {"ep2", 2, {"parallel.ep=2"}},
+      {"dp2 etp2", 2, {"parallel.etp=2"}},
+      {"pp2 ep2", 4, {"parallel.pp=2", "parallel.ep=2"}},
+      // Experts folded over tp x cp: etp 1 x ep 2 x edp 2 beside tp 2 x cp 2 x pp 2.
+      {"tp2 sp cp2 pp2 ep2", 8,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.cp=2", "parallel.pp=2", "parallel.ep=2",
+        "parallel.etp=1"}},
+  };
+  double single_loss = 0;
+  for (const auto& m : meshes) {
+    const std::string ck = dir.path() + "/ck-" + std::to_string(&m - meshes.data());
+    std::vector<std::string> argv = {trainer_binary(), "run", moe, "--nproc-per-node", std::to_string(m.nproc),
+                                     "--set", "training.steps=1", "--set", "optimizer.warmup_steps=0", "--set",
+                                     "optimizer.lr=1e-30", "--set", "optimizer.min_lr=0", "--set",
+                                     "model.init_from=" + dir.path() + "/w", "--set", "checkpoint.dir=" + ck, "--set",
+                                     "logging.interval=1", "--set", "logging.metrics_file=" + ck + ".jsonl"};
+    for (const auto& s : m.sets) argv.insert(argv.end(), {"--set", s});
+    const auto r = run_process(with_model(argv), 300, {"OMP_NUM_THREADS=1"});
+    INFO(m.name << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("initialised") != std::string::npos);
+    const double loss = read_jsonl(ck + ".jsonl").front()["loss"].get<double>();
+    if (m.name == "single") single_loss = loss;
+    std::printf("init_from on %s: first loss %.9f (single process %.9f)\n", m.name.c_str(), loss, single_loss);
+    CHECK(loss == Approx(single_loss).epsilon(1e-6));
+    const auto e = run_process({trainer_binary(), "ckpt", "export", ck, "--hf", ck + "-hf"});
+    INFO(e.err);
+    REQUIRE(e.exit_code == 0);
+    CHECK(run_process({"/usr/bin/cmp", dir.path() + "/w/model.safetensors", ck + "-hf/model.safetensors"}).exit_code == 0);
+  }
+}
