@@ -43,15 +43,25 @@ SafetensorsLayout layout_safetensors(const std::string& path, const std::vector<
 FileChecksum write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                                const std::map<std::string, std::string>& metadata = {}, FileWriter* writer = nullptr);
 
+// The format's name of a dtype ("F32", "BF16", "I32", ...); "unsupported" for others.
+std::string safetensors_dtype_name(c10::ScalarType dtype);
+
 class SafetensorsReader {
  public:
-  // Reads and validates the header; a missing, truncated or malformed file throws UserError naming it.
+  // Reads and validates the header as the format requires, before anything is allocated: only a
+  // regular file; a header length inside the file; a JSON object (nesting limited) followed only by
+  // spaces; every tensor an object with a known dtype, a shape of sizes >= 0, and data_offsets
+  // [begin, end] whose length is the shape's bytes (no 64-bit overflow) inside the data; the tensors
+  // tile the data exactly (no overlap, no gap, no trailing bytes); __metadata__ an object of strings.
+  // Each failure throws UserError naming the file and the tensor or field.
   explicit SafetensorsReader(const std::string& path);
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   std::vector<int64_t> shape(const std::string& name) const;
-  // A CPU tensor with the stored dtype and shape.
+  c10::ScalarType dtype(const std::string& name) const;
+  // A CPU tensor with the stored dtype and shape. UserError naming the file when it is no longer a
+  // regular file or has shrunk since the header was read.
   at::Tensor read(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
