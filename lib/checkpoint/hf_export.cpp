@@ -1,14 +1,18 @@
 #include "checkpoint/hf_export.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/regular_file.h"
 #include "recipe/keys.h"
 #include "recipe/recipe_json.h"
 
@@ -69,16 +73,65 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, const std::string& d
   return c;
 }
 
+namespace {
+
+void fsync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Where a file of the export is written before it replaces the old one: in the same directory,
+// so that the rename is atomic and a reader sees the old file or the new one, never a part.
+fs::path temporary_for(const fs::path& path) { return path.string() + ".tmp"; }
+
+void replace_with(const fs::path& temporary, const fs::path& path) {
+  std::error_code ec;
+  fs::rename(temporary, path, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot rename {} to it: {}", path.string(), temporary.string(), ec.message()));
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = temporary_for(path);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp.string()));
+  }
+  fsync_path(tmp);
+  replace_with(tmp, path);
+}
+
+// The output directory is a directory or is missing; anything else of that name is the user's mistake.
+void check_output_dir(const std::string& out_dir) {
+  std::error_code ec;
+  const auto status = fs::status(out_dir, ec);
+  if (fs::exists(status) && !fs::is_directory(status))
+    throw UserError(fmt::format("{}: exists and is not a directory; --hf names the directory to write config.json and "
+                                "the safetensors files into",
+                                out_dir));
+}
+
+void create_output_dir(const std::string& out_dir) {
+  check_output_dir(out_dir);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw UserError(fmt::format("{}: cannot create the output directory: {}", out_dir, ec.message()));
+}
+
+}  // namespace
+
 int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64_t max_shard_bytes) {
+  // Everything that can be refused is checked, and every tensor read, before the first byte is
+  // written: a refused export leaves an earlier export in out_dir as it was.
   std::vector<std::string> problems;
   const recipe::Recipe r = recipe::recipe_from_json(loaded.manifest().at("recipe"), problems);
   if (!problems.empty()) throw UserError(fmt::format("{}: the manifest's recipe is not valid: {}", loaded.path(), problems[0]));
-  fs::create_directories(out_dir);
-  {
-    std::ofstream config(fs::path(out_dir) / "config.json");
-    config << hf_config_json(r.model, r.training.dtype).dump(2) << "\n";
-    if (!config) throw std::runtime_error(fmt::format("{}/config.json: cannot write", out_dir));
-  }
+  const std::string config = hf_config_json(r.model, r.training.dtype).dump(2) + "\n";
+  check_output_dir(out_dir);  // before the (long) reads
   // The model's weights: every tensor that is not optimizer or RNG state.
   std::vector<std::string> names;
   for (const auto& [name, record] : loaded.manifest().at("tensors").items())
@@ -94,41 +147,101 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
     files.back().push_back({name, t});
     in_current += t.nbytes();
   }
+
+  // Each file is written under a temporary name, fsynced, then renamed over the old one.
+  create_output_dir(out_dir);
+  const fs::path out(out_dir);
+  write_text_atomically(out / "config.json", config);
+  std::error_code ignored;
   if (files.size() == 1) {
-    write_safetensors((fs::path(out_dir) / "model.safetensors").string(), files[0], {{"format", "pt"}});
+    write_safetensors(temporary_for(out / "model.safetensors").string(), files[0], {{"format", "pt"}});
+    replace_with(temporary_for(out / "model.safetensors"), out / "model.safetensors");
+    // An index left by an earlier, sharded export would be read instead of the new file.
+    fs::remove(out / "model.safetensors.index.json", ignored);
+    fsync_path(out);
     return 1;
   }
   nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
   uint64_t total = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, files.size());
-    write_safetensors((fs::path(out_dir) / file).string(), files[i], {{"format", "pt"}});
+    write_safetensors(temporary_for(out / file).string(), files[i], {{"format", "pt"}});
+    replace_with(temporary_for(out / file), out / file);
     for (const auto& e : files[i]) {
       index["weight_map"][e.name] = file;
       total += e.tensor.nbytes();
     }
   }
   index["metadata"]["total_size"] = total;
-  std::ofstream(fs::path(out_dir) / "model.safetensors.index.json") << index.dump(2) << "\n";
+  write_text_atomically(out / "model.safetensors.index.json", index.dump(2) + "\n");
+  // A model.safetensors left by an earlier, unsharded export would be read instead (transformers
+  // looks for it first).
+  fs::remove(out / "model.safetensors", ignored);
+  fsync_path(out);
   return int(files.size());
 }
 
+namespace {
+
+// The weight files an index names, checked: weight_map is an object of plain file names inside
+// `root` (never an absolute path or one with '/' or '..': a model directory from the internet must
+// not make trainer read other files). Returns file -> the tensors the index puts in it.
+std::map<std::string, std::set<std::string>> index_files(const fs::path& root) {
+  const std::string path = (root / "model.safetensors.index.json").string();
+  const auto index = read_json_file(path);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw UserError(fmt::format("{}: expected an object with weight_map, an object of tensor name -> file name", path));
+  std::map<std::string, std::set<std::string>> files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string())
+      throw UserError(fmt::format("{}: weight_map.{} is {} ({}), expected a file name", path, name, describe_json(file),
+                                  json_type_name(file)));
+    const std::string file_name = file.get<std::string>();
+    if (!is_plain_file_name(file_name))
+      throw UserError(fmt::format("{}: weight_map.{} is \"{}\", expected the name of a file in {} (no '/', not '..')",
+                                  path, name, file_name, root.string()));
+    files[file_name].insert(name);
+  }
+  if (files.empty()) throw UserError(fmt::format("{}: weight_map is empty", path));
+  return files;
+}
+
+}  // namespace
+
 void read_hf_weights(const std::string& dir, const std::function<void(const std::string&, const at::Tensor&)>& take) {
   const fs::path root(dir);
-  std::vector<std::string> files;
-  if (fs::exists(root / "model.safetensors.index.json")) {
-    const auto index = read_json_file((root / "model.safetensors.index.json").string());
-    std::set<std::string> unique;
-    for (const auto& [name, file] : index.at("weight_map").items()) unique.insert(file.get<std::string>());
-    files.assign(unique.begin(), unique.end());
-  } else if (fs::exists(root / "model.safetensors")) {
-    files = {"model.safetensors"};
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw UserError(fmt::format("{}: not a directory (a Hugging Face model directory with config.json and "
+                                "model.safetensors is expected)",
+                                dir));
+  std::map<std::string, std::set<std::string>> files;  // file -> the tensors the index puts there (empty: all)
+  if (fs::exists(fs::symlink_status(root / "model.safetensors.index.json", ec))) {
+    files = index_files(root);
+  } else if (fs::exists(fs::symlink_status(root / "model.safetensors", ec))) {
+    files["model.safetensors"] = {};
   } else {
     throw UserError(fmt::format("{}: no model.safetensors or model.safetensors.index.json (Hugging Face weights in "
                                 "safetensors format expected)", dir));
   }
-  for (const auto& file : files) {
+  std::map<std::string, std::string> seen;  // tensor -> its file
+  for (const auto& [file, listed] : files) {
     const SafetensorsReader reader((root / file).string());
+    for (const auto& name : listed)
+      if (!reader.contains(name))
+        throw UserError(fmt::format("{}: no tensor {}, which {} places in this file", reader.path(), name,
+                                    (root / "model.safetensors.index.json").string()));
+    for (const auto& name : reader.names()) {
+      if (auto [it, fresh] = seen.emplace(name, file); !fresh)
+        throw UserError(fmt::format("{}: tensor {} is also in {}; each tensor must be stored once", reader.path(), name,
+                                    (root / it->second).string()));
+      // Model weights are floating point; an integer tensor of the same width would be taken
+      // bit for bit as something else.
+      if (!at::isFloatingType(reader.dtype(name)))
+        throw UserError(fmt::format("{}: tensor {} is stored as {}; Hugging Face weights must be floating point (F32, "
+                                    "BF16, F16 or F64)",
+                                    reader.path(), name, safetensors_dtype_name(reader.dtype(name))));
+    }
     for (const auto& name : reader.names()) take(name, reader.read(name));
   }
 }

@@ -19,11 +19,17 @@ namespace trainer::checkpoint {
 nlohmann::json hf_config_json(const recipe::ModelConfig& model, const std::string& dtype);
 
 // Writes config.json and the weights of `loaded` (a committed checkpoint) into `out_dir`.
-// Returns the number of weight files written.
+// Returns the number of weight files written. Everything that can be refused (a model transformers
+// cannot express, `out_dir` naming something that is not a directory, an unreadable tensor) is a
+// UserError before the first byte is written; each file is then written under a temporary name,
+// fsynced and renamed into place, so an earlier export is never left truncated.
 int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64_t max_shard_bytes = 5ull << 30);
 
 // Reads Hugging Face weights from a directory (model.safetensors, or an index and its shards):
-// calls `take(name, tensor)` for every tensor. UserError naming the file when it is missing or damaged.
+// calls `take(name, tensor)` for every tensor. UserError naming the file (and tensor or field) when
+// it is missing or damaged, when the index's weight_map names anything but a file inside `dir`,
+// when a tensor is stored twice, or when a tensor is not floating point (F32, BF16, F16, F64).
+// Only regular files are read (symbolic links to them are followed, as in the Hugging Face cache).
 void read_hf_weights(const std::string& dir, const std::function<void(const std::string&, const at::Tensor&)>& take);
 
 }  // namespace trainer::checkpoint
