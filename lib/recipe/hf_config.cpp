@@ -10,6 +10,7 @@
 
 #include "core/json_file.h"
 #include "recipe/keys.h"
+#include "recipe/validate.h"
 
 namespace trainer::recipe {
 
@@ -144,7 +145,8 @@ void check_unsupported(const json& hf, const Problem& problem) {
 nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>& problems,
                               std::vector<std::string>* warnings) {
   std::string file = path;
-  if (std::filesystem::is_directory(file)) file = (std::filesystem::path(file) / "config.json").string();
+  std::error_code ec;  // a path that cannot be examined is reported by read_json_file
+  if (std::filesystem::is_directory(file, ec)) file = (std::filesystem::path(file) / "config.json").string();
   const json hf = read_json_file(file);
   if (!hf.is_object()) {
     problems.push_back(fmt::format("model.hf_config {}: expected a JSON object", file));
@@ -154,11 +156,14 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
     problems.push_back(fmt::format("model.hf_config {}: {}", file, text));
   };
 
-  const std::string model_type = hf.value("model_type", "llama");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
+  const json& type_json = hf.contains("model_type") ? hf["model_type"] : json("llama");
+  const std::string model_type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
+  if (!type_json.is_string())
+    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral or mixtral", model_type,
+                        json_type_name(type_json)));
+  else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral")
     problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral or mixtral "
                         "(write the model section by hand for other architectures)", model_type));
-  }
   check_unsupported(hf, problem);
 
   json model = json::object();
@@ -197,6 +202,21 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   std::vector<std::string> type_problems;
   check_document(layer, type_problems);
   for (const auto& p : type_problems) problem(p);
+  // Sizes no machine holds, named here with the file they came from (validate_recipe checks them
+  // again for recipes written by hand).
+  if (type_problems.empty()) {
+    const auto bound = [&](const std::string& key, const json& value) {
+      if (!value.is_number_integer()) return;
+      if (auto p = size_bound_problem(key, value.get<int64_t>())) problem(*p);
+    };
+    for (const auto& [key, value] : model.items()) bound("model." + key, value);
+    if (model.contains("moe"))
+      for (const auto& [key, value] : model["moe"].items()) bound("model.moe." + key, value);
+    if (model.contains("rope_scaling") && model["rope_scaling"].contains("original_max_position_embeddings"))
+      bound("model.rope_scaling.original_max_position_embeddings", model["rope_scaling"]["original_max_position_embeddings"]);
+    if (model.contains("head_dim") && model["head_dim"].is_number_integer())
+      if (auto p = head_dim_problem(model["head_dim"].get<int64_t>())) problem(*p);
+  }
   return layer;
 }
 

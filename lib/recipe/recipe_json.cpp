@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "recipe/keys.h"
+#include "recipe/validate.h"
 
 namespace trainer::recipe {
 
@@ -106,7 +109,9 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
     e.aux_loss_scope = get<std::string>(d, "model.moe.aux_loss_scope");
     e.capacity_factor = get_optional<double>(d, "model.moe.capacity_factor");
     if (at(d, "model.moe.layers").is_null()) {
-      for (int64_t l = 0; l < m.num_hidden_layers; ++l) e.layers.push_back(l);
+      // Bounded: validate_recipe refuses more layers than kMaxHiddenLayers, and a fuzzed 1e9
+      // must not allocate 8 GB of layer numbers first.
+      for (int64_t l = 0; l < std::min(m.num_hidden_layers, kMaxHiddenLayers + 1); ++l) e.layers.push_back(l);
     } else {
       for (const auto& l : at(d, "model.moe.layers"))
         e.layers.push_back(l.is_number_integer() ? l.get<int64_t>() : static_cast<int64_t>(l.get<double>()));

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -32,9 +34,41 @@ class Checker {
  public:
   explicit Checker(const Recipe& r) : r_(r) {}
 
+  // Sizes beyond any machine (validate.h has the bounds and why), checked before every other rule.
+  // Returns false when one is exceeded: the other rules would then compute with absurd values.
+  bool size_rules() {
+    const auto& m = r_.model;
+    const size_t before = problems.size();
+    const auto bound = [&](const char* key, int64_t value) {
+      if (auto problem = size_bound_problem(key, value)) problems.push_back(*problem);
+    };
+    bound("model.vocab_size", m.vocab_size);
+    bound("model.hidden_size", m.hidden_size);
+    bound("model.intermediate_size", m.intermediate_size);
+    bound("model.num_hidden_layers", m.num_hidden_layers);
+    bound("model.num_attention_heads", m.num_attention_heads);
+    bound("model.num_key_value_heads", m.num_key_value_heads);
+    bound("model.head_dim", m.head_dim);
+    bound("model.max_position_embeddings", m.max_position_embeddings);
+    if (m.rope_scaling)
+      bound("model.rope_scaling.original_max_position_embeddings", m.rope_scaling->original_max_position_embeddings);
+    if (m.moe) {
+      bound("model.moe.num_local_experts", m.moe->num_local_experts);
+      bound("model.moe.num_shared_experts", m.moe->num_shared_experts);
+      bound("model.moe.moe_intermediate_size", m.moe->moe_intermediate_size);
+    }
+    if (problems.size() == before && approximate_parameters(m) > kMaxParameters)
+      add("the model has about {:.3g} parameters, more than the {:.3g} (2^50) trainer accepts: at 16 bytes per "
+          "parameter for weights, gradients and optimizer states they need more memory than 100,000 GPUs of 80 GB "
+          "hold; reduce model.hidden_size, model.num_hidden_layers or the experts",
+          approximate_parameters(m), kMaxParameters);
+    return problems.size() == before;
+  }
+
   void model_rules() {
     const auto& m = r_.model;
     const auto& p = r_.parallel;
+    if (auto problem = head_dim_problem(m.head_dim)) problems.push_back(*problem);
     if (m.num_attention_heads % m.num_key_value_heads != 0)
       add("model.num_attention_heads={} is not a multiple of model.num_key_value_heads={} (each key/value head "
           "serves a whole group of query heads); use num_key_value_heads in {}",
@@ -305,9 +339,56 @@ class Checker {
 
 }  // namespace
 
+std::optional<std::string> size_bound_problem(const std::string& key, int64_t value) {
+  static const std::map<std::string, int64_t> bounds = {
+      {"model.vocab_size", kMaxVocabSize},
+      {"model.hidden_size", kMaxHiddenSize},
+      {"model.intermediate_size", kMaxIntermediateSize},
+      {"model.num_hidden_layers", kMaxHiddenLayers},
+      {"model.num_attention_heads", kMaxHeads},
+      {"model.num_key_value_heads", kMaxHeads},
+      {"model.head_dim", kMaxHeadDim},
+      {"model.max_position_embeddings", kMaxPositions},
+      {"model.rope_scaling.original_max_position_embeddings", kMaxPositions},
+      {"model.moe.num_local_experts", kMaxExperts},
+      {"model.moe.num_shared_experts", kMaxExperts},
+      {"model.moe.moe_intermediate_size", kMaxIntermediateSize}};
+  const auto it = bounds.find(key);
+  if (it == bounds.end() || value <= it->second) return std::nullopt;
+  return fmt::format("{}={} exceeds the largest size trainer accepts, {} (8x or more the largest published model's; "
+                     "a larger value would allocate more than any machine holds); use a value <= {}",
+                     key, value, it->second, it->second);
+}
+
+std::optional<std::string> head_dim_problem(int64_t head_dim) {
+  if (head_dim % 2 == 0) return std::nullopt;
+  return fmt::format("model.head_dim={} is odd; rotary position embeddings (RoPE) rotate pairs of dimensions, so each "
+                     "head needs an even width (when head_dim is null it is model.hidden_size / "
+                     "model.num_attention_heads); use {}",
+                     head_dim, head_dim == 1 ? std::string("2") : fmt::format("{} or {}", head_dim - 1, head_dim + 1));
+}
+
+double approximate_parameters(const ModelConfig& m) {
+  const double hidden = double(m.hidden_size), head_dim = double(m.head_dim);
+  const double heads = double(m.num_attention_heads), kv_heads = double(m.num_key_value_heads);
+  const double attention = hidden * head_dim * (heads + 2 * kv_heads) + heads * head_dim * hidden;
+  double moe_layers = 0, expert_mlps = 0;
+  if (m.moe) {
+    moe_layers = double(m.moe->layers.size());
+    const double experts = double(m.moe->num_local_experts) + double(m.moe->num_shared_experts);
+    expert_mlps = 3 * hidden * double(m.moe->moe_intermediate_size) * experts + hidden * double(m.moe->num_local_experts);
+  }
+  const double layers = double(m.num_hidden_layers);
+  const double dense_layers = std::max(0.0, layers - moe_layers);
+  const double embedding = double(m.vocab_size) * hidden * (m.tie_word_embeddings ? 1 : 2);
+  return layers * (attention + 2 * hidden) + dense_layers * 3 * hidden * double(m.intermediate_size) +
+         moe_layers * expert_mlps + embedding + hidden;
+}
+
 std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int64_t> world_size,
                                          std::vector<std::string>* warnings) {
   Checker checker(recipe);
+  if (!checker.size_rules()) return checker.problems;
   checker.model_rules();
   checker.moe_rules();
   checker.parallel_rules();
