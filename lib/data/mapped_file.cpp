@@ -1,50 +1,28 @@
 #include "data/mapped_file.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace trainer::data {
 
-namespace {
-[[noreturn]] void fail(const std::string& path, const char* what, int error) {
-  throw UserError(fmt::format("{}: {} ({})", path, what, std::strerror(error)));
-}
-}  // namespace
-
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path_, "cannot open file", errno);
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int error = errno;
-    ::close(fd);
-    fail(path_, "cannot read file size", error);
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    throw UserError(fmt::format("{}: not a regular file", path_));
-  }
-  size_ = static_cast<size_t>(info.st_size);
+  // Only a regular file: a FIFO would block, a device such as /dev/zero has no size to map.
+  const RegularFile file(path_);
+  size_ = static_cast<size_t>(file.size());
   if (size_ > 0) {
-    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (mapped == MAP_FAILED) {
-      const int error = errno;
-      ::close(fd);
-      fail(path_, "cannot map file into memory", error);
-    }
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, file.fd(), 0);
+    if (mapped == MAP_FAILED)
+      throw UserError(fmt::format("{}: cannot map file into memory ({})", path_, std::strerror(errno)));
     data_ = static_cast<const std::byte*>(mapped);
   }
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
+  // The mapping keeps the file alive; the descriptor closes with `file`.
 }
 
 MappedFile::~MappedFile() { release(); }

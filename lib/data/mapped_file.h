@@ -10,7 +10,8 @@ namespace trainer::data {
 
 class MappedFile {
  public:
-  // Maps the whole file. Throws UserError "PATH: cannot open file (reason)" when it cannot.
+  // Maps the whole file. Throws UserError "PATH: cannot open file (reason)" when it cannot, and
+  // "PATH: not a regular file (a FIFO)" for anything but a regular file (never blocks on a FIFO).
   explicit MappedFile(std::string path);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/llmc_shards.h"
 #include "data/megatron_file.h"
 #include "data/token_file.h"
@@ -23,10 +23,9 @@ bool is_file(const std::string& path) {
 }
 
 std::string first_bytes(const std::string& path, size_t n) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes(n, '\0');
-  in.read(bytes.data(), std::streamsize(n));
-  bytes.resize(size_t(in.gcount()));
+  const RegularFile file(path);
+  std::string bytes(size_t(std::min<uint64_t>(n, file.size())), '\0');
+  file.read_at(0, bytes.data(), bytes.size());
   return bytes;
 }
 
@@ -100,6 +99,8 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, const st
     } else if (is_file(prefix + ".bin")) {
       chosen = "trainer";  // reports the missing index
     } else {
+      struct stat info {};
+      if (::stat(path.c_str(), &info) == 0) RegularFile{path};  // there, but a FIFO, a device or a directory: says which
       throw UserError(fmt::format("{}: no such file, and no {}.bin and {}.idx (data.paths takes a prefix, one of its "
                                   "two files, an llm.c shard or a glob of shards)",
                                   path, prefix, prefix));
