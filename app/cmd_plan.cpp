@@ -61,7 +61,9 @@ CommandAction add_plan_command(CLI::App& parent) {
                       "Fraction of device memory kept free (default 0.05: use at most 95%)")
       ->check(CLI::Range(0.0, 0.9));
   command->add_flag("--all", options->all,
-                    "Also rank layouts this build's `trainer run` cannot train yet (cp, ep > 1, MoE under tp or pp, ZeRO-2/3)");
+                    "Also rank layouts `trainer run` refuses on GPUs. The search varies only what runs there (cp "
+                    "with Ulysses, interleaving when pp divides the micro-batches), so these come from the recipe's "
+                    "own settings, such as parallel.dp_shard in an MoE model");
   command->add_flag("--json", options->json, "Machine-readable output (schema in docs/estimator.md)");
   return [options] { return run_plan(*options); };
 }

@@ -5,8 +5,8 @@
 // lib/model/*.cpp (RmsNorm in fp32 with a cast back, rotary by cat/neg/mul, SDPA flash attention,
 // SwiGLU, sort-and-gather MoE, fp32 log-softmax cross-entropy) and checked against the
 // byte-counting CPU allocator (test/e2e/test_estimate.cpp), with tensor and sequence parallelism
-// too. Parallel dimensions the runtime does not implement yet (cp, ep) follow the Megatron designs
-// of DESIGN.md section 6 and are marked as such in docs/estimator.md.
+// too, and with context and expert parallelism (ring or Ulysses attention, the experts' all-to-all
+// dispatch: lib/parallel/context, lib/parallel/expert).
 #include <cstdint>
 #include <string>
 

@@ -252,7 +252,7 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
   line(fmt::format("considered {} combination{} of tp, cp, pp, vpp, ep, etp, micro-batch, recompute and ZeRO: {} valid{}, "
                    "{} fit ({:.2f} s)",
                    result.considered, result.considered == 1 ? "" : "s", result.valid,
-                   result.not_runnable ? fmt::format(" ({} of them need what this build's `trainer run` cannot train yet; --all "
+                   result.not_runnable ? fmt::format(" ({} of them refused by `trainer run` on GPUs; --all "
                                                      "shows them)",
                                                      result.not_runnable)
                                        : "",
@@ -266,8 +266,9 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
     else if (result.valid == 0)
       line(fmt::format("no combination passes the recipe's rules; the first problem: {}", result.first_invalid));
     else if (result.fitting == 0 && result.not_runnable > 0)
-      line("nothing this build can run fits; try --all for layouts with tensor or pipeline parallelism, more GPUs, a "
-           "smaller micro-batch or sequence, or a GPU with more memory");
+      line("nothing that `trainer run` accepts on GPUs fits; --all also ranks what it refuses there (for the recipe's "
+           "own settings, which `trainer run` names), or try more GPUs, a smaller micro-batch or sequence, or a GPU "
+           "with more memory");
     else
       line("no configuration fits; try more GPUs, a smaller micro-batch or sequence, or a GPU with more memory");
     return out;
@@ -286,7 +287,7 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
                      c.recipe.training.recompute, p.zero, p.pp > 1 ? p.pipeline_schedule : "-",
                      format_bytes(e.device_total_bytes), e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu,
                      100 * e.mfu) +
-         (options.runnable_only ? "" : c.runnable ? "  yes" : "  not yet"));
+         (options.runnable_only ? "" : c.runnable ? "  yes" : "  no"));
   }
   line("");
   std::string sets;
