@@ -1,10 +1,10 @@
 // The documented examples stay true: every shell example in docs/recipe.md, docs/distributed.md,
-// docs/estimator.md and recipes/README.md (a fenced block, indented or not, whose first line is "$
-// trainer ..." or "$ build/bin/trainer ...") is run from the source tree and its output compared
-// with the text shown. In the expected text a line "..." stands for any number of lines, and "..."
-// inside a line for any text; "$ echo $?" checks the previous command's exit code. The numbers in
-// recipes/README.md's tables are compared with `trainer estimate --json` at the precision they are
-// printed with.
+// docs/estimator.md, README.md and recipes/README.md (a fenced block, indented or not, whose first
+// line is "$ trainer ..." or "$ build/bin/trainer ...") is run from the source tree and its output
+// compared with the text shown. In the expected text a line "..." stands for any number of lines,
+// and "..." inside a line for any text; "$ echo $?" checks the previous command's exit code. The
+// numbers in recipes/README.md's tables are compared with `trainer estimate --json` at the
+// precision they are printed with.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -225,6 +225,11 @@ TEST_CASE("docs: the example matcher", "[docs]") {
 
 TEST_CASE("docs: every example in docs/recipe.md prints what the page shows", "[docs]") {
   check_examples("docs/recipe.md");
+}
+
+TEST_CASE("docs: every example in README.md prints what the page shows", "[docs]") {
+  TempDir dir;
+  check_examples("README.md", {{"/tmp/ck", dir.path() + "/ck"}});
 }
 
 TEST_CASE("docs: every example in docs/distributed.md prints what the page shows", "[docs]") {
