@@ -4,7 +4,7 @@
 // compared with the text shown. In the expected text a line "..." stands for any number of lines,
 // and "..." inside a line for any text; "$ echo $?" checks the previous command's exit code. The
 // numbers in recipes/README.md's tables are compared with `trainer estimate --json` at the
-// precision they are printed with.
+// precision they are printed with, and scripts/plot_trace is run on a trainer trace.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -288,4 +288,40 @@ TEST_CASE("docs: the table checker fails on a changed number", "[docs]") {
   CHECK(table_cells("  | llama3-70b | 64 | 47.2 GiB | 919 |") ==
         std::vector<std::string>{"llama3-70b", "64", "47.2 GiB", "919"});
   CHECK(table_cells("not a row").empty());
+}
+
+TEST_CASE("docs: scripts/plot_trace (docs/observability.md) draws trainer's trace with any python3", "[docs]") {
+  TempDir dir;
+  const auto run = run_process({trainer_binary(), "run", source_dir() + "/recipes/tiny-llama.json", "--set",
+                                "training.steps=3", "--set", "profiling.steps=[2,2]", "--set",
+                                "profiling.dir=" + dir.path() + "/traces"},
+                               120, {"OMP_NUM_THREADS=1"});
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  const std::string png = dir.path() + "/trace.png";
+  // Through its #! line: whatever python3 is first on PATH, with the standard library only.
+  const auto plot = run_process({source_dir() + "/scripts/plot_trace", dir.path() + "/traces", png, "--width", "800"}, 60);
+  INFO(plot.out << plot.err);
+  REQUIRE(plot.exit_code == 0);
+  // Decoded with Python's zlib: the size, and pixels of the forward (blue) and backward (green) ranges.
+  const std::string reader = dir.write("read_png.py", R"PY(
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n"
+width, height = struct.unpack(">II", data[16:24])
+idat, at = b"", 8
+while at < len(data):
+    length, kind = struct.unpack(">I4s", data[at:at + 8])
+    if kind == b"IDAT":
+        idat += data[at + 8:at + 8 + length]
+    at += 12 + length
+raw = zlib.decompress(idat)
+rows = [raw[y * (3 * width + 1) + 1:(y + 1) * (3 * width + 1)] for y in range(height)]
+count = lambda rgb: sum(row.count(bytes(rgb)) for row in rows)
+print(width, height, count((66, 133, 244)) > 0, count((52, 168, 83)) > 0)
+)PY");
+  const auto read = run_process({"/usr/bin/env", "python3", reader, png}, 60);
+  INFO(read.err);
+  REQUIRE(read.exit_code == 0);
+  CHECK(read.out == "800 166 True True\n");  // one rank: 30 + 96 + 40 pixels high
 }
