@@ -4,20 +4,27 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
+#include <optional>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "commands.h"
 #include "checkpoint/dir_claim.h"
 #include "core/error.h"
+#include "estimate/estimate.h"
 #include "estimate/estimate_command.h"
+#include "estimate/hardware.h"
+#include "metrics/gpu_peaks.h"
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
 #include "recipe/runtime_support.h"
 #include "parallel/gpu_support.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_memory.h"
 #include "runtime/launch_env.h"
 #include "runtime/local_launcher.h"
 #include "runtime/rendezvous.h"
@@ -36,6 +43,7 @@ struct RunOptions {
   bool dry_run = false;
   bool cpu = false;
   bool force = false;  // take checkpoint.dir over even from a job that looks alive
+  bool no_memory_check = false;  // start even when the estimate says the run does not fit
   std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
 
@@ -48,14 +56,104 @@ void check_supported(const recipe::LoadedRecipe& loaded, bool on_gpu) {
   if (!problems.empty()) throw RecipeError(loaded.source, problems);
 }
 
+// What the memory check found: the estimate's per-rank peak and what this rank has.
+struct MemoryFit {
+  double needed_bytes = 0;
+  runtime::AvailableMemory available;
+};
+
+// How to make a run fit, for the refusal and for a real out-of-memory error.
+std::string memory_fixes(const std::string& recipe_path) {
+  return fmt::format(
+      "to fit, use fewer or smaller layers (model.num_hidden_layers, training.seq_len, "
+      "training.micro_batch_size), --set training.recompute=full, more ranks (--nproc-per-node, --nnodes) with "
+      "parallel.zero=1..3, tp or pp, or a GPU; `trainer run {} --dry-run` with the same options shows where the "
+      "memory goes",
+      recipe_path);
+}
+
+// The estimator's per-rank peak (torch-free, as `trainer estimate`) against what this rank has:
+// the GPU's free memory, or on the CPU MemAvailable shared by the local ranks (and ulimit -v).
+MemoryFit measure_memory_fit(const recipe::LoadedRecipe& loaded, bool on_gpu, int64_t local_rank,
+                             int64_t local_ranks, int cpu_threads) {
+  MemoryFit fit;
+  fit.available = on_gpu ? runtime::available_gpu_memory(int(local_rank)) : runtime::available_cpu_memory(local_ranks);
+  std::optional<estimate::HardwareProfile> profile;
+  if (on_gpu)
+    if (const auto gpu = metrics::gpu_peak_for_device_name(fit.available.gpu_name))
+      try {
+        profile = estimate::builtin_profile(gpu->key);
+      } catch (const std::exception&) {
+      }
+  estimate::EstimateOptions options;
+  options.cpu_threads = cpu_threads;
+  options.compute_time = false;
+  options.describe_peak = false;
+  fit.needed_bytes =
+      estimate::estimate_job(loaded.recipe, *loaded.mesh, profile ? &*profile : nullptr, options).peak_bytes;
+  return fit;
+}
+
+// Refuses (exit 2) a run whose estimated peak exceeds what this rank has, before anything is
+// allocated: such a run would die minutes later of an out-of-memory error or the kernel's SIGKILL.
+void check_memory_fit(const recipe::LoadedRecipe& loaded, const MemoryFit& fit) {
+  if (fit.available.bytes <= 0 || fit.needed_bytes <= fit.available.bytes) return;
+  throw UserError(fmt::format(
+      "{}: this run needs about {} of memory per rank (the estimate's peak), but {} has {} for it ({}); {}. To "
+      "start anyway, pass --no-memory-check",
+      loaded.source, runtime::gib(fit.needed_bytes), fit.available.device, runtime::gib(fit.available.bytes),
+      fit.available.source, memory_fixes(loaded.source)));
+}
+
+// An allocation that failed while training: say so with the estimate and the fixes, not as an
+// internal error with a backtrace.
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
+  const std::string text = e.what();
+  return dynamic_cast<const c10::Error*>(&e) &&
+         (text.find("can't allocate memory") != std::string::npos || text.find("out of memory") != std::string::npos);
+}
+
+std::string out_of_memory_message(const std::exception& e, const recipe::LoadedRecipe& loaded, const MemoryFit& fit) {
+  std::string reason = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) reason = c10_error->what_without_backtrace();
+  if (const auto newline = reason.find('\n'); newline != std::string::npos) reason.resize(newline);
+  return fmt::format("out of memory on {} ({}); the estimate for this run is {} per rank{}; {}",
+                     fit.available.device.empty() ? "this device" : fit.available.device, reason,
+                     runtime::gib(fit.needed_bytes),
+                     fit.available.bytes > 0
+                         ? fmt::format(", and {} was available at the start ({})", runtime::gib(fit.available.bytes),
+                                       fit.available.source)
+                         : "",
+                     memory_fixes(loaded.source));
+}
+
+// While it lives, a stop that kills the process (a second Ctrl-C, SIGHUP, abort) removes the claim
+// file first; the claim's own destructor removes it on every other way out.
+class ClaimCleanup {
+ public:
+  explicit ClaimCleanup(const std::string& path) { runtime::StopSignal::remove_on_hard_stop(path); }
+  ~ClaimCleanup() { runtime::StopSignal::remove_on_hard_stop(""); }
+  ClaimCleanup(const ClaimCleanup&) = delete;
+  ClaimCleanup& operator=(const ClaimCleanup&) = delete;
+};
+
 int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env) {
+  // First, so that a signal from here on is answered (and a second one removes the claim).
+  runtime::StopSignal::install();
   recipe::LoadOptions load;
   load.overrides = options.overrides;
   load.world_size = env.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-  check_supported(loaded, !options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs()));
+  const bool on_gpu = !options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs());
+  check_supported(loaded, on_gpu);
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
-  // One job per checkpoint directory, settled before any process group or GPU is touched.
+  const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
+  at::set_num_threads(threads.threads);
+  // Every rank checks before the rendezvous, so no rank has allocated its model yet.
+  const MemoryFit memory = measure_memory_fit(loaded, on_gpu, env.local_rank, env.local_world_size, threads.threads);
+  if (!options.no_memory_check) check_memory_fit(loaded, memory);
+  // One job per checkpoint directory, settled before any process group is made.
   std::unique_ptr<checkpoint::DirClaim> claim;
   if (const auto& dir = loaded.recipe.checkpoint.dir) {
     const checkpoint::ClaimIdentity me{env.job,
@@ -65,19 +163,18 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
     else if (!options.force)
       checkpoint::DirClaim::check_not_claimed_by_other(*dir, me);
   }
-  const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
-  at::set_num_threads(threads.threads);
+  std::optional<ClaimCleanup> claim_cleanup;
+  if (claim) claim_cleanup.emplace(claim->path());
   if (env.rank == 0 && env.world_size > 1)
     std::printf("threads: %d intra-op thread%s per worker (%s; set OMP_NUM_THREADS to choose)\n", threads.threads,
                 threads.threads == 1 ? "" : "s", threads.reason.c_str());
-  runtime::StopSignal::install();
 
   std::unique_ptr<mesh::ProcessGroups> groups;
   if (env.world_size == 1) {
     groups = mesh::single_process_groups();
   } else {
-    const auto timeout = std::chrono::seconds(int64_t(loaded.recipe.parallel.collective_timeout_s));
-    const auto store = runtime::connect_rendezvous(env, timeout);
+    const auto store = runtime::connect_rendezvous(
+        env, std::chrono::milliseconds(int64_t(loaded.recipe.parallel.collective_timeout_s * 1000)));
     auto context = std::make_shared<comm::CommContext>();
     context->global_rank = env.rank;
     context->timeout = std::chrono::milliseconds(int64_t(loaded.recipe.parallel.collective_timeout_s * 1000));
@@ -94,7 +191,13 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   train_options.force_cpu = options.cpu;
   train_options.local_rank = env.local_rank;
   train_options.claim = claim.get();
-  const train::TrainSummary summary = train::train(loaded, *groups, train_options);
+  train::TrainSummary summary;
+  try {
+    summary = train::train(loaded, *groups, train_options);
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw TrainingFailure(out_of_memory_message(e, loaded, memory));
+  }
   if (env.rank == 0 && !summary.nothing_to_do)
     std::printf("%s after step %lld of %lld; last loss %.4f%s\n", summary.stopped_by_signal ? "stopped" : "finished",
                 (long long)summary.steps_completed, (long long)loaded.recipe.training.steps, summary.last_loss,
@@ -136,6 +239,11 @@ int run_training(const RunOptions& options) {
     load.world_size = options.nproc_per_node * options.nnodes;
     const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
     check_supported(loaded, !options.cpu && at::hasCUDA());
+    // On the CPU the workers share this host's memory: refuse before starting any. (GPUs are checked
+    // by each worker, on its own device.)
+    if ((options.cpu || !at::hasCUDA()) && !options.no_memory_check)
+      check_memory_fit(loaded, measure_memory_fit(loaded, false, 0, options.nproc_per_node,
+                                                  runtime::choose_cpu_threads(options.nproc_per_node).threads));
     if (loaded.recipe.checkpoint.dir && !options.force)
       checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});
     runtime::LocalLaunchOptions launch;
@@ -166,6 +274,9 @@ int run_training(const RunOptions& options) {
   } catch (const UserError& e) {
     std::fprintf(stderr, "%s\n", prefix_lines(e.what(), fmt::format("rank {}: error: ", env.rank)).c_str());
     return kExitUsageError;
+  } catch (const runtime::Interrupted& e) {
+    if (env.local_rank == 0) std::fprintf(stderr, "%s\n", e.what());  // once per node: every rank got the signal
+    return e.exit_code();
   } catch (const TrainingFailure& e) {
     std::fprintf(stderr, "rank %lld: training failed: %s\n", (long long)env.rank, e.what());
     return kExitRuntimeFailure;
@@ -197,6 +308,8 @@ CommandAction add_run_command(CLI::App& parent) {
   command->add_flag("--cpu", options->cpu, "Train on the CPU even when a GPU is present");
   command->add_flag("--force", options->force,
                     "Take checkpoint.dir over even when another job's claim on it looks alive");
+  command->add_flag("--no-memory-check", options->no_memory_check,
+                    "Start even when the estimated peak memory per rank exceeds what the device has");
   return [options] {
     // The workers get the same command line minus --nproc-per-node.
     options->argv = {"trainer", "run", options->recipe_path};
@@ -206,6 +319,7 @@ CommandAction add_run_command(CLI::App& parent) {
     }
     if (options->cpu) options->argv.push_back("--cpu");
     if (options->force) options->argv.push_back("--force");
+    if (options->no_memory_check) options->argv.push_back("--no-memory-check");
     return run_training(*options);
   };
 }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "recipe/schema.h"
 #include "runtime/build_info.h"
+#include "runtime/stop_signal.h"
 
 namespace {
 
@@ -95,6 +96,9 @@ int main(int argc, char** argv) {
   } catch (const trainer::TrainingFailure& e) {
     std::fprintf(stderr, "training failed: %s\n", e.what());
     return trainer::kExitRuntimeFailure;
+  } catch (const trainer::runtime::Interrupted& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM, as a shell reports a process they killed
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return trainer::kExitRuntimeFailure;

@@ -1,6 +1,7 @@
 #include "checkpoint/dir_claim.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -15,8 +16,10 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace trainer::checkpoint {
 
@@ -25,6 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kClaimFile = ".claim.json";
+constexpr off_t kMaxClaimBytes = 64 * 1024;  // ours are a few hundred bytes
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -36,19 +40,31 @@ std::string host_name() {
   return name;
 }
 
+// Fields 3 (state) to 22 (start time) of /proc/PID/stat; empty when it cannot be read.
+std::vector<std::string> process_stat(int64_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  if (!std::getline(in, text)) return {};
+  const auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos || close + 2 > text.size()) return {};
+  std::istringstream stream(text.substr(close + 2));
+  std::vector<std::string> fields;
+  for (std::string field; fields.size() < 20 && (stream >> field);) fields.push_back(field);
+  return fields.size() == 20 ? fields : std::vector<std::string>{};
+}
+
 // The kernel's start time of a process (field 22 of /proc/PID/stat, in clock ticks since boot):
 // with the pid it identifies the process even after the pid is reused. "" when it cannot be read.
 std::string process_start(int64_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  if (!std::getline(in, text)) return "";
-  const auto close = text.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return "";
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && (fields >> field); ++i)
-    if (i == 22) return field;
-  return "";
+  const auto fields = process_stat(pid);
+  return fields.empty() ? "" : fields[19];
+}
+
+// Whether the process has exited: gone, or a zombie (state Z or X) that its parent has not reaped
+// yet (kill(pid, 0) still succeeds for those).
+bool process_exited(int64_t pid) {
+  const auto fields = process_stat(pid);
+  return !fields.empty() && (fields[0] == "Z" || fields[0] == "X");
 }
 
 std::string utc_time(double seconds) {
@@ -65,6 +81,23 @@ std::string random_token() {
   return fmt::format("{:016x}{:08x}", (uint64_t(device()) << 32) | device(), uint32_t(::getpid()));
 }
 
+// The fields of a claim that have the expected type and range; others are dropped (a claim file is
+// read from a shared directory: it may be damaged, or written by anyone).
+nlohmann::json well_typed(const nlohmann::json& claim) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!claim.is_object()) return out;
+  for (const char* name : {"host", "process_start", "job", "job_key", "token"})
+    if (claim.contains(name) && claim[name].is_string()) out[name] = claim[name];
+  for (const char* name : {"started", "heartbeat"})  // seconds since 1970, before year 10000
+    if (claim.contains(name) && claim[name].is_number() && claim[name].get<double>() >= 0 &&
+        claim[name].get<double>() < 2.5e11)
+      out[name] = claim[name].get<double>();
+  if (claim.contains("pid") && claim["pid"].is_number_integer() && claim["pid"].get<int64_t>() > 0 &&
+      claim["pid"].get<int64_t>() <= (int64_t(1) << 30))  // kill(-1, 0) must never be asked
+    out["pid"] = claim["pid"];
+  return out;
+}
+
 ClaimStatus assess(const nlohmann::json& claim) {
   ClaimStatus status;
   status.claim = claim;
@@ -75,6 +108,10 @@ ClaimStatus assess(const nlohmann::json& claim) {
     const bool exists = ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
     if (!exists || process_start(pid) != claim.value("process_start", "")) {
       status.why = fmt::format("its process {} no longer exists on {}", pid, host);
+      return status;
+    }
+    if (process_exited(pid)) {
+      status.why = fmt::format("its process {} on {} has exited (a zombie its parent has not reaped yet)", pid, host);
       return status;
     }
   }
@@ -112,17 +149,27 @@ std::string ClaimStatus::describe() const {
 }
 
 std::optional<ClaimStatus> read_claim(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kClaimFile;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  nlohmann::json claim;
+  const std::string path = (fs::path(dir) / kClaimFile).string();
+  // Only a small regular file is read (a FIFO or a device in its place would block or never end);
+  // anything else reads as a malformed claim, which is not live.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return std::nullopt;
+  std::string text;
+  struct stat info {};
+  if (fd >= 0 && ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size <= kMaxClaimBytes) {
+    text.resize(size_t(info.st_size));
+    const ssize_t got = ::read(fd, text.data(), text.size());
+    text.resize(got > 0 ? size_t(got) : 0);
+  }
+  if (fd >= 0) ::close(fd);
+  nlohmann::json claim = nlohmann::json::object();
   try {
-    in >> claim;
+    check_json_depth(text, path);
+    claim = nlohmann::json::parse(text);
   } catch (const std::exception&) {
     claim = nlohmann::json::object();  // half-written by a dead holder: no heartbeat, so not live
   }
-  if (!claim.is_object()) claim = nlohmann::json::object();
-  return assess(claim);
+  return assess(well_typed(claim));
 }
 
 void DirClaim::check_not_claimed_by_other(const std::string& dir, const ClaimIdentity& me) {

@@ -60,6 +60,8 @@ class DirClaim {
   // True once the heartbeat found another job's claim in place of ours: training must stop.
   bool lost() const { return lost_.load(); }
   std::string lost_to() const;
+  // The claim file (DIR/.claim.json).
+  const std::string& path() const { return path_; }
 
  private:
   DirClaim(std::string dir, nlohmann::json claim);

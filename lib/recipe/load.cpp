@@ -101,6 +101,14 @@ void check_no_empty_paths(const json& resolved, std::vector<std::string>& proble
           problems.push_back(fmt::format("{}[{}] is an empty string; give a path", list, i));
 }
 
+// data.paths given while data.source is left out: the user means those files, so the source is
+// tokens. An explicit data.source (synthetic included) is kept, and validation names the conflict.
+void infer_data_source(json& merged) {
+  const json* paths = get_path(merged, "data.paths");
+  if (!paths || !paths->is_array() || paths->empty() || get_path(merged, "data.source")) return;
+  set_path(merged, "data.source", "tokens");
+}
+
 std::string read_text(const std::string& path) {
   if (std::filesystem::is_directory(path)) throw UserError(fmt::format("{}: is a directory, expected a recipe file", path));
   std::ifstream in(path, std::ios::binary);
@@ -131,6 +139,7 @@ LoadedRecipe load_recipe_text(const std::string& text, const std::string& source
   if (const json* hf = get_path(user, "model.hf_config"); hf && hf->is_string() && !hf->get<std::string>().empty())
     merged = read_hf_config(hf->get<std::string>(), problems, &warnings);
   merge_into(merged, user);
+  infer_data_source(merged);
   json resolved = fill_defaults(merged, problems);
   check_no_empty_paths(resolved, problems);
   if (!problems.empty()) throw RecipeError(source, problems);

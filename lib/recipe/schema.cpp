@@ -247,7 +247,8 @@ std::vector<KeySpec> build_schema() {
   // --- data --------------------------------------------------------------------------------
   s.push_back(section("data", "Where training tokens come from."));
   s.push_back(one_of(key("data.source", K::String, "synthetic",
-                         "synthetic: a seeded generator with a known loss floor; tokens: token files."),
+                         "synthetic: a seeded generator with a known loss floor; tokens: token files. Left out while "
+                         "data.paths is given: tokens."),
                      {"synthetic", "tokens"}));
   {
     KeySpec paths = key("data.paths", K::StringList, json::array(),

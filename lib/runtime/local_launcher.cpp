@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/error.h"
+
 namespace trainer::runtime {
 
 namespace {
@@ -43,6 +45,12 @@ ListeningSocket listen_at(uint32_t host, int port, const std::string& where) {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     const int error = errno;
     if (fd >= 0) ::close(fd);
+    // A port the user chose (MASTER_PORT) that is taken is theirs to change; a free port that cannot
+    // be had is this host's problem.
+    if (port != 0)
+      throw UserError(fmt::format("cannot listen on {}: {}; choose a free port for MASTER_PORT (the same on every "
+                                  "node), or stop the process that holds it",
+                                  where, std::strerror(error)));
     throw std::runtime_error(fmt::format("cannot listen on {}: {}", where, std::strerror(error)));
   }
   return {fd, ntohs(address.sin_port)};
@@ -77,7 +85,8 @@ int launch_local_workers(const LocalLaunchOptions& options) {
   for (int local = 0; local < options.nproc; ++local) {
     const int rank = first_rank + local;
     const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed while starting workers");
+    if (pid < 0)
+      throw std::runtime_error(fmt::format("cannot start worker rank {}: fork failed ({})", rank, std::strerror(errno)));
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != launcher) ::_exit(1);  // the launcher died before prctl
@@ -116,13 +125,17 @@ int launch_local_workers(const LocalLaunchOptions& options) {
 
   int running = options.nproc, result = 0;
   bool stopping = false;
+  int forwarded = 0;  // the stop signal this launcher received and passed on
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   auto signal_all = [&](int signal) {
     for (pid_t pid : pids)
       if (pid > 0) ::kill(pid, signal);
   };
   while (running > 0) {
-    if (const int signal = g_forward_signal.exchange(0)) signal_all(signal);  // SIGINT/SIGTERM reach every worker
+    if (const int signal = g_forward_signal.exchange(0)) {  // SIGINT/SIGTERM reach every worker
+      forwarded = signal;
+      signal_all(signal);
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -134,11 +147,17 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       const int rank = first_rank + local;
       --running;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      // A worker that stopped because of the signal passed on to it did what was asked: the others
+      // got the same signal and stop on their own; the launcher exits with its code (130, 143).
+      if (forwarded != 0 && code == 128 + forwarded) {
+        if (result == 0) result = code;
+        continue;
+      }
       if (code != 0 && !stopping) {
-        std::fprintf(stderr, "trainer: worker rank %d %s; stopping the other %d worker(s)\n", rank,
+        std::fprintf(stderr, "trainer: worker rank %d %s%s\n", rank,
                      WIFEXITED(status) ? fmt::format("exited with code {}", code).c_str()
                                        : fmt::format("was killed by signal {}", WTERMSIG(status)).c_str(),
-                     running);
+                     running > 0 ? fmt::format("; stopping the other {} worker(s)", running).c_str() : "");
         result = code;
         stopping = true;
         signal_all(SIGTERM);

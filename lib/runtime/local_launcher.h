@@ -5,7 +5,8 @@
 // (torchrun's --nnodes/--node-rank) one launch per host: the workers of node r are ranks
 // r * N .. r * N + N - 1 of nnodes * N, and node 0's launcher serves the store on MASTER_PORT at
 // MASTER_ADDR, which every node's workers reach.
-// forwards SIGINT/SIGTERM to them, and when one fails stops the others (SIGTERM, then SIGKILL
+// Forwards SIGINT/SIGTERM to them (a worker that then exits with 128 + that signal, as one waiting
+// in the rendezvous does, is not a failure: the launcher exits with the same code), and when one fails stops the others (SIGTERM, then SIGKILL
 // after a grace period) and reports which rank failed. Workers die with the launcher
 // (PR_SET_PDEATHSIG), so no process is left behind.
 #include <string>

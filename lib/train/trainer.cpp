@@ -21,6 +21,7 @@
 #include "metrics/trace_scope.h"
 #include "train/evaluation.h"
 #include "parallel/gpu_support.h"
+#include "runtime/stop_signal.h"
 #include "train/optimizer_driver.h"
 #include "train/run_start.h"
 #include "train/step_log.h"
@@ -131,6 +132,11 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   StepTimes saving;  // checkpoint time after a step's log: counted in the next step's figures
   std::map<std::string, int64_t> waits_logged = groups.context().waits_by_group();
   StepProfiler profiler(r.profiling, groups.global_rank(), device.is_cuda());
+  // A stop signal is acknowledged at once (by rank 0), naming the step the stop vote will end on:
+  // one posted during step s is read at step s + 1 (stop_vote.h).
+  auto publish_stop_step = [&] { runtime::StopSignal::set_stop_step(std::min(progress.step + 2, r.training.steps)); };
+  publish_stop_step();
+  if (groups.global_rank() == 0) runtime::StopSignal::enable_acknowledgement(saver.enabled());
   while (progress.step < r.training.steps) {
     groups.context().step = progress.step + 1;
     const double lr = optim::learning_rate(r.optimizer, r.training.steps, progress.step);
@@ -159,6 +165,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
 
     const bool last = progress.step == r.training.steps;
     const bool stopping = stop_vote.poll();
+    publish_stop_step();
     const bool interval_save = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0;
     // Figures are read (and checked for divergence) before anything is saved.
     log.after_step(progress.step, lr, figures, optimizer.overlap(), stopping || (saver.enabled() && interval_save));
@@ -167,8 +174,9 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
       log.evaluation(progress.step, *last_evaluation);
     }
     if (options.claim && options.claim->lost())
-      throw std::runtime_error(fmt::format("checkpoint.dir {} was taken over by {}; this job stops without writing "
-                                           "another checkpoint", *r.checkpoint.dir, options.claim->lost_to()));
+      throw TrainingFailure(fmt::format("checkpoint.dir {} was taken over by {}; this job stops without writing "
+                                        "another checkpoint",
+                                        *r.checkpoint.dir, options.claim->lost_to()));
     if (stopping) {
       say(fmt::format("stopping after step {} on a signal", progress.step));
       saver.save(state(), progress.step, "on stop", false);

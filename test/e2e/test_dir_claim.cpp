@@ -166,6 +166,33 @@ TEST_CASE("claim: a job whose directory was taken over with --force stops at its
   INFO(r.out << r.err << first << read_file(d + "/second.out"));
   CHECK(r.out.find("second 0") != std::string::npos);
   CHECK(r.out.find("first 1") != std::string::npos);
-  CHECK(first.find("checkpoint.dir " + d + "/ck was taken over by ") != std::string::npos);
+  CHECK(first.find("training failed: checkpoint.dir " + d + "/ck was taken over by ") != std::string::npos);
   CHECK(first.find("this job stops without writing another checkpoint") != std::string::npos);
+  CHECK(first.find("internal error") == std::string::npos);  // displaced, not a bug
+}
+
+TEST_CASE("claim: a killed holder that its parent has not reaped yet (a zombie) does not keep the directory",
+          "[checkpoint][claim]") {
+  TempDir dir;
+  const std::string d = dir.path();
+  // The holder's parent is a subshell that becomes `sleep` and never waits for its child: once
+  // killed, the holder stays a zombie (state Z) while its heartbeat is still fresh.
+  const auto r = bash("( " + tiny_command("--set training.steps=100000 --set checkpoint.dir=" + d + "/ck") + " > " + d +
+                      "/first.out 2>&1 & echo $! > " + d + "/pid; exec sleep 120 ) & H=$!\n"
+                      "for i in $(seq 1 600); do grep -q '^step ' " + d + "/first.out 2>/dev/null && break; sleep 0.05; "
+                      "done\n"
+                      "P=$(cat " + d + "/pid); kill -KILL $P\n"
+                      "for i in $(seq 1 100); do grep -q '^State:.*Z' /proc/$P/status && break; sleep 0.05; done\n"
+                      "grep '^State:' /proc/$P/status\n" +
+                      tiny_command("--set training.steps=2 --set checkpoint.resume=none --set checkpoint.dir=" + d +
+                                   "/ck") +
+                      " > " + d + "/second.out 2>&1; echo \"second $?\"\n"
+                      "kill $H; wait $H 2>/dev/null; exit 0\n",
+                      120);
+  const std::string second = read_file(d + "/second.out");
+  INFO(r.out << r.err << second << read_file(d + "/first.out"));
+  CHECK(r.out.find("State:\tZ (zombie)") != std::string::npos);
+  CHECK(r.out.find("second 0") != std::string::npos);  // refused as "in use" (exit 2) before
+  CHECK(second.find("taking over the claim of a job (pid ") != std::string::npos);
+  CHECK(second.find("has exited (a zombie its parent has not reaped yet)") != std::string::npos);
 }

@@ -1,1 +1,228 @@
-// placeholder: filled in by the issue 44 work
+// Stopping and waiting through the binary: a rank waiting at the rendezvous says so, gives up once
+// after parallel.collective_timeout_s, and stops at once on SIGINT/SIGTERM (the launcher passing the
+// signal on and exiting with its workers' code); the first Ctrl-C of a run is acknowledged at once
+// and a second one removes the checkpoint directory's claim; a run that cannot fit in memory is
+// refused before it starts, and an allocation that fails anyway is reported as out of memory.
+// Also what happens before training: data.paths without data.source means token files.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "process.h"
+
+using namespace trainer::test;
+
+namespace {
+
+const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
+
+// A TCP port on 127.0.0.1 that nobody listens on (the kernel's choice, released again).
+int unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+ProcessResult bash(const std::string& script, double timeout = 120) {
+  return run_process({"/bin/bash", "-c", script}, timeout, {"OMP_NUM_THREADS=1"});
+}
+
+// The number after `label ` in `text` (-1 when absent).
+long long number_after(const std::string& text, const std::string& label) {
+  std::smatch match;
+  if (!std::regex_search(text, match, std::regex(label + " (-?[0-9]+)"))) return -1;
+  return std::stoll(match[1]);
+}
+
+// Steps of a second or more on one thread, so that a signal arrives in the middle of one.
+const std::string kSlowSteps =
+    " --set model.hidden_size=512 --set model.intermediate_size=1536 --set model.num_attention_heads=8"
+    " --set model.num_key_value_heads=8 --set training.seq_len=256 --set model.max_position_embeddings=256"
+    " --set training.micro_batch_size=8 --set training.global_batch_size=8 --set logging.interval=1"
+    " --set training.steps=100000 --set optimizer.warmup_steps=2";
+
+// Waits (in the script) until `file` holds a line matching `pattern`, at most `seconds`.
+std::string wait_for(const std::string& file, const std::string& pattern, int seconds = 120) {
+  return "for i in $(seq 1 " + std::to_string(seconds * 20) + "); do grep -q '" + pattern + "' " + file +
+         " 2>/dev/null && break; sleep 0.05; done\n";
+}
+
+}  // namespace
+
+TEST_CASE("rendezvous: a node waiting for node 0 says so and gives up once after collective_timeout_s", "[stop]") {
+  const std::string port = std::to_string(unused_port());
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "1", "--set",
+                              "parallel.collective_timeout_s=3"},
+                             60, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 10);  // once (c10d used to try twice), and not minutes
+  CHECK(r.err.find("rank 1: waiting for node 0 at 127.0.0.1:" + port + " (not reachable yet: Connection refused); "
+                   "waited ") != std::string::npos);
+  CHECK(r.err.find(" of 3 s (parallel.collective_timeout_s)") != std::string::npos);
+  CHECK(r.err.find("rank 1: no rendezvous at 127.0.0.1:" + port + " (address from MASTER_ADDR) within 3 s "
+                   "(parallel.collective_timeout_s): node 0's store never became reachable (Connection refused)") !=
+        std::string::npos);
+  CHECK(r.err.find("Interrupted system call") == std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  CHECK(r.err.find("Exception raised from") == std::string::npos);  // no c10 backtraces
+}
+
+TEST_CASE("rendezvous: SIGTERM or SIGINT while waiting stops at once with 143 or 130", "[stop]") {
+  TempDir dir;
+  const std::string d = dir.path(), port = std::to_string(unused_port());
+  for (const std::string signal : {"TERM", "INT"}) {
+    INFO("SIG" << signal);
+    // As in the issue: `timeout` sends SIGTERM to the launcher, which passes it on to its worker.
+    const auto r = bash("export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "\n" + trainer_binary() + " run " + kTiny +
+                        " --nnodes 2 --node-rank 1 --set parallel.collective_timeout_s=120 > " + d + "/out 2> " + d +
+                        "/err & P=$!\n" + wait_for(d + "/err", "waiting for node 0") +
+                        "S=$(date +%s%N); kill -" + signal + " $P; wait $P; echo \"exit $?\"\n"
+                        "echo \"took_ms $(( ($(date +%s%N) - S) / 1000000 ))\"\n");
+    const std::string err = read_file(d + "/err");
+    INFO(r.out << r.err << err);
+    CHECK(r.out.find(signal == "TERM" ? "exit 143" : "exit 130") != std::string::npos);
+    const long long took = number_after(r.out, "took_ms");
+    CHECK(took >= 0);
+    CHECK(took < 2000);
+    CHECK(err.find("rank 1: stopped by SIG" + signal + " while waiting for node 0 at 127.0.0.1:" + port +
+                   " (not reachable yet: Connection refused); nothing was started") != std::string::npos);
+    CHECK(err.find("exited with code") == std::string::npos);  // the launcher reports no failure
+    CHECK(err.find("Interrupted system call") == std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: node 0's launcher counts who came, passes a signal to its workers and reaps them", "[stop]") {
+  TempDir dir;
+  const std::string d = dir.path(), port = std::to_string(unused_port());
+  const auto r = bash("export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "\n" + trainer_binary() + " run " + kTiny +
+                      " --nproc-per-node 2 --nnodes 2 --node-rank 0 --set parallel.collective_timeout_s=120"
+                      " --set checkpoint.dir=" + d + "/ck > " + d + "/out 2> " + d + "/err & P=$!\n" +
+                      wait_for(d + "/err", "waiting for the other ranks") +
+                      "S=$(date +%s%N); kill -INT $P; wait $P; echo \"exit $?\"\n"
+                      "echo \"took_ms $(( ($(date +%s%N) - S) / 1000000 ))\"\n"
+                      "pgrep -f '[t]rainer worker rank.*" + d + "/ck' > /dev/null && echo 'left behind' || echo 'all gone'\n");
+  const std::string err = read_file(d + "/err");
+  INFO(r.out << r.err << err);
+  CHECK(r.out.find("exit 130") != std::string::npos);
+  const long long took = number_after(r.out, "took_ms");
+  CHECK(took >= 0);
+  CHECK(took < 2000);
+  CHECK(r.out.find("all gone") != std::string::npos);  // every worker was reaped
+  CHECK(err.find("rank 0: waiting for the other ranks at 127.0.0.1:" + port +
+                 " (1 of 2 nodes present, 2 of 4 ranks); waited ") != std::string::npos);
+  CHECK(err.find("rank 0: stopped by SIGINT while waiting for the other ranks at 127.0.0.1:" + port +
+                 " (1 of 2 nodes present, 2 of 4 ranks); nothing was started") != std::string::npos);
+  CHECK(err.find("exited with code") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d + "/ck/.claim.json"));  // rank 0 had claimed it before waiting
+}
+
+TEST_CASE("stop: the first Ctrl-C is acknowledged at once, the run checkpoints the step it names", "[stop]") {
+  TempDir dir;
+  const std::string d = dir.path();
+  const auto r = bash(trainer_binary() + " run " + kTiny + kSlowSteps + " --set checkpoint.dir=" + d + "/ck > " + d +
+                      "/out 2> " + d + "/err & P=$!\n" + wait_for(d + "/out", "^step ") +
+                      "S=$(date +%s%N); kill -INT $P\n" + wait_for(d + "/err", "stop requested", 30) +
+                      "echo \"ack_ms $(( ($(date +%s%N) - S) / 1000000 ))\"\n"
+                      "wait $P; echo \"exit $?\"\n");
+  const std::string out = read_file(d + "/out"), err = read_file(d + "/err");
+  INFO(r.out << r.err << out << err);
+  CHECK(r.out.find("exit 0") != std::string::npos);
+  const long long ack = number_after(r.out, "ack_ms");
+  CHECK(ack >= 0);
+  CHECK(ack < 700);  // from the handler, not at the end of the step (steps take over a second)
+  const long long named = number_after(err, "stop requested \\(SIGINT\\): finishing step");
+  REQUIRE(named > 0);
+  CHECK(err.find("stop requested (SIGINT): finishing step " + std::to_string(named) +
+                 ", then writing a checkpoint; press Ctrl-C again to stop without one") != std::string::npos);
+  CHECK(number_after(out, "stopping after step") == named);  // the step it said
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof(step_dir), "/ck/step-%08lld", named);
+  CHECK(std::filesystem::exists(d + step_dir + "/manifest.json"));
+  CHECK_FALSE(std::filesystem::exists(d + "/ck/.claim.json"));
+}
+
+TEST_CASE("stop: a second Ctrl-C stops at once without a checkpoint and removes the claim", "[stop]") {
+  TempDir dir;
+  const std::string d = dir.path();
+  const auto r = bash(trainer_binary() + " run " + kTiny + kSlowSteps + " --set checkpoint.dir=" + d + "/ck > " + d +
+                      "/out 2> " + d + "/err & P=$!\n" + wait_for(d + "/out", "^step ") +
+                      "kill -INT $P; sleep 1.2; kill -INT $P; wait $P; echo \"exit $?\"\n");
+  const std::string out = read_file(d + "/out"), err = read_file(d + "/err");
+  INFO(r.out << r.err << out << err);
+  CHECK(r.out.find("exit 130") != std::string::npos);
+  CHECK(err.find("stop requested (SIGINT): finishing step ") != std::string::npos);
+  CHECK(err.find("second stop request: stopping now, without a checkpoint") != std::string::npos);
+  CHECK(out.find("stopping after step") == std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d + "/ck/.claim.json"));  // a stale claim was left before
+}
+
+TEST_CASE("memory: a run that cannot fit is refused before it starts; a failed allocation says out of memory",
+          "[stop][memory]") {
+  // ulimit -v makes the limit the same on every machine: 6 GiB of address space, of which libtorch
+  // maps part; the wide model below needs tens of GiB (fp32 weights, gradients and Adam moments).
+  const std::string limit = "ulimit -v 6291456\n";
+  const std::string wide = " --cpu --set model.hidden_size=4096 --set model.intermediate_size=16384"
+                           " --set model.num_hidden_layers=8 --set training.steps=1";
+  const auto refused = bash(limit + trainer_binary() + " run " + kTiny + wide);
+  INFO(refused.out << refused.err);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err.find("error: " + kTiny + ": this run needs about ") != std::string::npos);
+  CHECK(refused.err.find(" of memory per rank (the estimate's peak), but the CPU has ") != std::string::npos);
+  CHECK(refused.err.find("(the address-space limit (ulimit -v) 6.0 GiB less the ") != std::string::npos);
+  CHECK(refused.err.find("--set training.recompute=full") != std::string::npos);
+  CHECK(refused.err.find("To start anyway, pass --no-memory-check") != std::string::npos);
+  CHECK(refused.out.find("step ") == std::string::npos);
+
+  const auto failed = bash(limit + trainer_binary() + " run " + kTiny + wide + " --no-memory-check");
+  INFO(failed.out << failed.err);
+  CHECK(failed.exit_code == 1);
+  CHECK(failed.signal == 0);
+  CHECK(failed.err.find("training failed: out of memory on the CPU (") != std::string::npos);
+  CHECK(failed.err.find("); the estimate for this run is ") != std::string::npos);
+  CHECK(failed.err.find("internal error") == std::string::npos);
+  CHECK(failed.err.find("Exception raised from") == std::string::npos);
+
+  // The launcher refuses once, before starting workers that share the host.
+  const auto launched = bash(limit + trainer_binary() + " run " + kTiny + wide + " --nproc-per-node 2");
+  INFO(launched.out << launched.err);
+  CHECK(launched.exit_code == 2);
+  CHECK(launched.err.find("error: " + kTiny + ": this run needs about ") == 0);
+
+  // A run that fits trains under the same limit.
+  const auto fits = bash(limit + trainer_binary() + " run " + kTiny + " --cpu --set training.steps=2");
+  INFO(fits.out << fits.err);
+  CHECK(fits.exit_code == 0);
+}
+
+TEST_CASE("recipe: data.paths without data.source means token files", "[stop][recipe]") {
+  TempDir dir;
+  auto recipe = nlohmann::json::parse(read_file(kTiny));
+  recipe.erase("data");  // tiny-llama says "synthetic" explicitly
+  const std::string file = dir.write("r.json", recipe.dump());
+  const std::string paths = "data.paths=[\"" + dir.path() + "/web\"]";
+  const auto inferred = run_process({trainer_binary(), "validate", file, "--set", paths});
+  INFO(inferred.out << inferred.err);
+  CHECK(inferred.exit_code == 0);
+  CHECK(inferred.out.find("\"source\": \"tokens\"") != std::string::npos);
+  // Said explicitly, synthetic stays, and the contradiction is refused.
+  const auto explicit_source = run_process({trainer_binary(), "validate", file, "--set", paths, "--set",
+                                            "data.source=synthetic"});
+  INFO(explicit_source.out << explicit_source.err);
+  CHECK(explicit_source.exit_code == 2);
+  CHECK(explicit_source.err.find("data.paths is set but data.source is \"synthetic\"") != std::string::npos);
+}

@@ -256,7 +256,9 @@ TEST_CASE("a warm-up longer than the run is a warning - not an error", "[recipe]
 
 TEST_CASE("rule: data sources and weights", "[recipe][rules]") {
   expect_problem({"data.source=tokens"}, std::nullopt, {"data.source=\"tokens\" needs data.paths"});
-  expect_problem({"data.paths=[\"a\"]"}, std::nullopt, {"data.paths is set but data.source is \"synthetic\""});
+  expect_problem({"data.source=synthetic", "data.paths=[\"a\"]"}, std::nullopt,
+                 {"data.paths is set but data.source is \"synthetic\""});
+  CHECK(problems_of({"data.paths=[\"a\"]"}, std::nullopt).empty());  // data.source left out: tokens
   expect_problem({"data.source=tokens", "data.paths=[\"a\",\"b\"]", "data.weights=[1]"}, std::nullopt,
                  {"data.weights has 1 entries but data.paths has 2"});
 }
