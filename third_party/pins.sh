@@ -36,6 +36,7 @@ APT_PACKAGES=(
 )
 
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-# Installed by the data-format test (with --no-deps; it needs torch and numpy only): the reference
-# writer of Megatron-LM's indexed datasets that trainer reads.
-MEGATRON_TEST_PACKAGES=("megatron-core==0.16.1")
+# Installed by the data-format test (with --no-deps; besides torch and numpy it imports packaging,
+# which nothing else installs before it when that test runs first): the reference writer of
+# Megatron-LM's indexed datasets that trainer reads.
+MEGATRON_TEST_PACKAGES=("megatron-core==0.16.1" "packaging==25.0")
