@@ -9,7 +9,9 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/dir_claim.h"
 #include "checkpoint/hf_export.h"
+#include "checkpoint/manifest_check.h"
 #include "commands.h"
+#include "core/error.h"
 #include "metrics/human_format.h"
 
 namespace trainer::app {
@@ -20,10 +22,18 @@ struct CkptOptions {
   std::string dir, hf_out;
 };
 
-// Verifies every file (sizes and CRC-32 against the manifest) and prints what the checkpoint holds.
+// Checks the checkpoint as a resume reads it (every manifest field, every file's size and CRC-32,
+// every record against its file, the optimizer state of every parameter) and prints what it holds.
 int inspect(const CkptOptions& options) {
   const checkpoint::LoadedCheckpoint loaded(options.dir);
   const auto& m = loaded.manifest();
+  const auto missing = checkpoint::missing_training_state(m);
+  if (!missing.empty())
+    throw UserError(fmt::format("{}/manifest.json: tensors: no {}{}: a resume from this checkpoint fails (it needs every "
+                                "parameter with its AdamW moments and step count, and its fp32 master weights unless it "
+                                "is stored in fp32)",
+                                loaded.path(), missing.front(),
+                                missing.size() > 1 ? fmt::format(" (and {} more tensors)", missing.size() - 1) : ""));
   std::printf("checkpoint %s\n", loaded.path().c_str());
   std::printf("  step %lld, %lld samples consumed, format version %d\n", (long long)loaded.step(),
               (long long)loaded.consumed_samples(), m.value("version", 0));
@@ -46,8 +56,8 @@ int inspect(const CkptOptions& options) {
     ++count;
   }
   for (const auto& file : m.at("files")) total += file.at("bytes").get<int64_t>();
-  std::printf("  %lld tensors in %zu file(s), %s; every file's size and CRC-32 verified\n", (long long)count,
-              m.at("files").size(), metrics::format_bytes(total).c_str());
+  std::printf("  %lld tensors in %zu file(s), %s; the manifest's records, every file's size and CRC-32 verified\n",
+              (long long)count, m.at("files").size(), metrics::format_bytes(total).c_str());
   return 0;
 }
 

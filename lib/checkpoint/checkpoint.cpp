@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,10 +13,12 @@
 #include <regex>
 #include <set>
 
+#include "checkpoint/manifest_check.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/file_tree.h"
 #include "core/json_file.h"
+#include "core/regular_file.h"
 
 namespace trainer::checkpoint {
 
@@ -24,6 +27,12 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+// What step_name makes (9 digits and more past step 99,999,999).
+bool is_step_name(const std::string& name) {
+  static const std::regex pattern(R"(step-\d{8,19})");
+  return std::regex_match(name, pattern);
+}
 
 // Where a step's files are written before the commit renames the directory into place.
 fs::path staging_dir(const std::string& dir, int64_t step) { return fs::path(dir) / (step_name(step) + ".tmp"); }
@@ -53,9 +62,8 @@ void write_text_durably(const fs::path& path, const std::string& text) {
 std::vector<fs::path> committed_steps(const fs::path& dir) {
   std::vector<fs::path> steps;
   std::error_code ec;
-  static const std::regex pattern(R"(step-\d{8})");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_directory() || !std::regex_match(entry.path().filename().string(), pattern)) continue;
+    if (!entry.is_directory() || !is_step_name(entry.path().filename().string())) continue;
     if (!fs::exists(entry.path() / "manifest.json")) {
       std::fprintf(stderr, "warning: skipping %s: no committed manifest (an interrupted save)\n",
                    entry.path().c_str());
@@ -65,6 +73,45 @@ std::vector<fs::path> committed_steps(const fs::path& dir) {
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+// Readers require the manifest's recipe, mesh and extra to be objects.
+nlohmann::json or_empty(const nlohmann::json& value) { return value.is_null() ? nlohmann::json::object() : value; }
+
+// `latest` must hold the name of a step directory directly inside DIR; anything else is damage
+// (or a hand edit) that a resume must not follow. The fix names the newest committed step.
+std::string read_latest(const fs::path& pointer, const fs::path& root) {
+  const auto fix = [&] {
+    const auto steps = committed_steps(root);
+    const std::string newest = steps.empty() ? "step-NNNNNNNN" : steps.back().filename().string();
+    return fmt::format("`latest` holds the name of the newest committed step directory; remove it to resume from the "
+                       "highest committed step, or write the name into it (echo {} > {})",
+                       newest, pointer.string());
+  };
+  std::string text;
+  try {
+    text = read_text_file(pointer.string(), 4096);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}\n{}", e.what(), fix()));
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!is_step_name(text))
+    throw UserError(fmt::format("{}: holds {}, not the name of a step directory inside {} (step-NNNNNNNN)\n{}",
+                                pointer.string(), describe_json(nlohmann::json(text)), root.string(), fix()));
+  return text;
+}
+
+// The size and CRC-32 of an open file, read through that descriptor.
+FileChecksum checksum_of(const RegularFile& file) {
+  FileChecksum sum;
+  std::vector<unsigned char> buffer(std::min<uint64_t>(file.size(), 1 << 20));
+  while (sum.bytes < file.size()) {
+    const size_t n = size_t(std::min<uint64_t>(buffer.size(), file.size() - sum.bytes));
+    file.read_at(sum.bytes, buffer.data(), n);
+    sum.crc32 = crc32_update(sum.crc32, buffer.data(), n);
+    sum.bytes += n;
+  }
+  return sum;
 }
 
 }  // namespace
@@ -173,9 +220,9 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointContent& c
                                    {"version", 1},
                                    {"step", content.step},
                                    {"consumed_samples", content.consumed_samples},
-                                   {"recipe", content.recipe},
-                                   {"mesh", content.mesh},
-                                   {"extra", content.extra},
+                                   {"recipe", or_empty(content.recipe)},
+                                   {"mesh", or_empty(content.mesh)},
+                                   {"extra", or_empty(content.extra)},
                                    {"files", files},
                                    {"tensors", tensors}};
   write_text_durably(staging / "manifest.json", manifest.dump(1));
@@ -202,9 +249,14 @@ void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& 
 std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) return std::nullopt;
-  std::ifstream latest(root / "latest");
-  std::string name;
-  if (latest && std::getline(latest, name) && fs::exists(root / name / "manifest.json")) return (root / name).string();
+  const fs::path pointer = root / "latest";
+  std::error_code ec;
+  if (fs::symlink_status(pointer, ec).type() != fs::file_type::not_found) {
+    const std::string name = read_latest(pointer, root);
+    if (fs::exists(root / name / "manifest.json")) return (root / name).string();
+    std::fprintf(stderr, "warning: %s names %s, which holds no committed checkpoint (removed by hand?); using the newest "
+                 "committed step directory instead\n", pointer.c_str(), name.c_str());
+  }
   auto steps = committed_steps(root);
   if (steps.empty()) return std::nullopt;
   return steps.back().string();
@@ -218,28 +270,30 @@ LoadedCheckpoint::LoadedCheckpoint(const std::string& path) {
     p = *latest;
   }
   path_ = p.string();
-  manifest_ = read_json_file((p / "manifest.json").string());
-  if (manifest_.value("format", "") != "trainer-checkpoint")
-    throw UserError(fmt::format("{}: not a trainer checkpoint manifest", (p / "manifest.json").string()));
-  // Every shard file must be there, whole and unchanged before any of it is used.
-  for (const auto& file : manifest_.at("files")) {
-    const std::string name = file.at("name").get<std::string>();
-    const std::string full = (p / name).string();
-    if (!fs::exists(full)) throw UserError(fmt::format("{}: missing (listed in {}/manifest.json)", full, path_));
-    FileChecksum sum;
-    try {
-      sum = checksum_file(full);
-    } catch (const std::exception& e) {
-      throw UserError(e.what());
-    }
-    if (sum.bytes != file.at("bytes").get<uint64_t>())
-      throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", full, sum.bytes,
-                                  file.at("bytes").get<uint64_t>()));
-    if (sum.crc32 != file.at("crc32").get<uint32_t>())
+  const std::string manifest_path = (p / "manifest.json").string();
+  manifest_ = read_json_file(manifest_path);
+  // Every field first, then every file whole and unchanged, then each record against its file's
+  // header: nothing is allocated or opened that the manifest has not been checked to allow.
+  const std::vector<ManifestFile> files = check_manifest(manifest_, manifest_path);
+  for (const auto& file : files) {
+    const std::string full = (p / file.name).string();
+    if (!fs::exists(full)) throw UserError(fmt::format("{}: missing (listed in {})", full, manifest_path));
+    const RegularFile opened(full);
+    if (opened.size() != file.bytes)
+      throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", full, opened.size(),
+                                  file.bytes));
+    const FileChecksum sum = checksum_of(opened);
+    if (sum.crc32 != file.crc32)
       throw UserError(fmt::format("{}: CRC-32 {:08x} differs from the manifest's {:08x} (the file is corrupted)", full,
-                                  sum.crc32, file.at("crc32").get<uint32_t>()));
+                                  sum.crc32, file.crc32));
     shards_.push_back(std::make_unique<SafetensorsReader>(full));
   }
+  check_shard_entries(manifest_, manifest_path,
+                      [&](const std::string& file, const std::string& key) -> std::optional<StoredEntry> {
+                        const SafetensorsReader& r = reader(file, key);
+                        if (!r.contains(key)) return std::nullopt;
+                        return StoredEntry{r.dtype(key), r.shape(key)};
+                      });
 }
 
 bool LoadedCheckpoint::contains(const std::string& name) const { return manifest_.at("tensors").contains(name); }
@@ -262,6 +316,15 @@ at::Tensor LoadedCheckpoint::read(const std::string& name, const std::vector<int
                                   const std::vector<int64_t>& shape) const {
   if (!contains(name)) throw UserError(fmt::format("{}: checkpoint has no tensor {}", path_, name));
   const auto& record = manifest_.at("tensors").at(name);
+  // The manifest was checked; the request comes from a model, which may be another model.
+  const auto global = global_shape(name);
+  bool inside = offsets.size() == global.size() && shape.size() == global.size();
+  for (size_t d = 0; inside && d < global.size(); ++d)
+    inside = offsets[d] >= 0 && shape[d] >= 0 && offsets[d] <= global[d] && shape[d] <= global[d] - offsets[d];
+  if (!inside)
+    throw UserError(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint; the slice at [{}] with shape [{}] "
+                                "is not inside it (a checkpoint of another model?)",
+                                path_, name, fmt::join(global, ", "), fmt::join(offsets, ", "), fmt::join(shape, ", ")));
   // Stored pieces grouped by the rectangular slice they belong to; flattened fragments (ZeRO
   // shards) are joined into their slice first.
   struct Slice {

@@ -98,12 +98,18 @@ void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& 
 
 // The newest committed checkpoint under DIR (by `latest`, else the highest step directory that
 // has a manifest), or nothing. Step directories without a manifest are skipped with a warning.
+// `latest` must be a regular file holding the name of a step directory directly inside DIR
+// (step-NNNNNNNN): anything else (a path, "..", a FIFO, a huge file) is a UserError naming it and
+// the fix; a well-formed name whose directory has no manifest is skipped with a warning.
 std::optional<std::string> find_latest_checkpoint(const std::string& dir);
 
 class LoadedCheckpoint {
  public:
-  // Opens a step directory, or a checkpoint directory (then its latest). UserError when there is
-  // no committed checkpoint or a file is missing or damaged (every file is verified first).
+  // Opens a step directory, or a checkpoint directory (then its latest). UserError, naming the file
+  // and the field, when there is no committed checkpoint, the manifest is malformed in any field
+  // (manifest_check.h), a shard file is missing, not a regular file, of another size or CRC-32, or
+  // does not hold a record's key with its dtype and shape. Everything is checked here, before any
+  // tensor is read, so that read() only allocates what the files hold.
   explicit LoadedCheckpoint(const std::string& path);
   const std::string& path() const { return path_; }
   const nlohmann::json& manifest() const { return manifest_; }
@@ -112,7 +118,8 @@ class LoadedCheckpoint {
   bool contains(const std::string& name) const;
   std::vector<int64_t> global_shape(const std::string& name) const;
   // The slice [offsets, offsets + shape) of a global tensor (CPU, stored dtype), assembled from
-  // every shard that overlaps it. UserError when the shards do not cover it.
+  // every shard that overlaps it. UserError when the tensor is missing or the slice is not inside
+  // its global shape (a request of another model).
   at::Tensor read(const std::string& name, const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape) const;
   // The whole global tensor.
   at::Tensor read(const std::string& name) const;

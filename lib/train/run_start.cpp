@@ -31,6 +31,32 @@ void report_recipe_changes(const checkpoint::LoadedCheckpoint& checkpoint, const
                   changes.size(), changes.size() == 1 ? "" : "s", list));
 }
 
+// A checkpoint of another model: which model values of its recipe differ from this one, and the
+// ways forward (the weights cannot be loaded into this model).
+std::string another_model(const std::string& problem, const checkpoint::LoadedCheckpoint& checkpoint,
+                          const nlohmann::json& resolved) {
+  std::vector<std::string> model_changes;
+  for (const auto& change : recipe::recipe_differences(checkpoint.manifest().at("recipe"), resolved))
+    if (change.rfind("model.", 0) == 0) model_changes.push_back(change);
+  std::string text = problem + "\n";
+  if (model_changes.empty()) {
+    text += "the checkpoint's recipe has the same model values as this one, so its tensors do not match its own recipe "
+            "(a damaged or hand-edited checkpoint?)\n";
+  } else {
+    text += fmt::format("the checkpoint was saved from another model: its recipe differs in {} model value{} "
+                        "(checkpoint -> now):",
+                        model_changes.size(), model_changes.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < model_changes.size() && i < 8; ++i) text += "\n  " + model_changes[i];
+    if (model_changes.size() > 8) text += fmt::format("\n  ... and {} more", model_changes.size() - 8);
+    text += "\n";
+  }
+  text += fmt::format("to train this recipe from scratch, set checkpoint.resume=none or another checkpoint.dir;{} to "
+                      "take its weights elsewhere, export them: trainer ckpt export {} --hf OUT",
+                      model_changes.empty() ? "" : " to go on with the checkpoint's model, set its values (left of ->);",
+                      checkpoint.path());
+  return text;
+}
+
 }  // namespace
 
 RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transformer& model, OptimizerDriver& optimizer,
@@ -59,7 +85,11 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
     start.finished = done;
     return start;
   }
-  start.progress = restore_model(checkpoint, model, optimizer.parameter_writer());
+  try {
+    start.progress = restore_model(checkpoint, model, optimizer.parameter_writer());
+  } catch (const CheckpointOfAnotherModel& e) {
+    throw UserError(another_model(e.what(), checkpoint, loaded.resolved));
+  }
   optimizer.load_state(optimizer_state_reader(checkpoint),
                        checkpoint.manifest().at("extra").value("optimizer_steps", checkpoint.step()));
   if (model::RoutingBias* bias = model.routing_bias()) {

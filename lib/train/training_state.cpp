@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "checkpoint/hf_export.h"
+#include "checkpoint/manifest_check.h"
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
 #include "core/plural.h"
@@ -119,24 +120,28 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
         !on_another_stage(name, model) && !on_another_expert_rank(name, model))
       unused.push_back(name);
   if (!unused.empty())
-    throw UserError(fmt::format("{}: {} of the checkpoint {} no parameter in the recipe's model (first: {}); "
-                                "it was saved from another model: check model.num_hidden_layers, tie_word_embeddings "
-                                "and model.moe against the checkpoint's recipe (trainer ckpt inspect), or set "
-                                "checkpoint.resume=none to start over",
-                                loaded.path(), count_of(int64_t(unused.size()), "weight", "weights"), have(unused), first_names(unused)));
+    throw CheckpointOfAnotherModel(fmt::format("{}: {} of the checkpoint {} no parameter in the recipe's model (first: {})",
+                                               loaded.path(), count_of(int64_t(unused.size()), "weight", "weights"),
+                                               have(unused), first_names(unused)));
   for (auto& p : model.parameters().all()) {
     if (!loaded.contains(p.name))
-      throw UserError(fmt::format("{}: checkpoint has no tensor {} (was it saved from another model?)", loaded.path(),
-                                  p.name));
+      throw CheckpointOfAnotherModel(fmt::format("{}: checkpoint has no tensor {}", loaded.path(), p.name));
     const auto stored = loaded.global_shape(p.name);
     if (stored != p.global_shape)
-      throw UserError(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint but [{}] in this model",
-                                  loaded.path(), p.name, fmt::join(stored, ", "), fmt::join(p.global_shape, ", ")));
+      throw CheckpointOfAnotherModel(fmt::format("{}: tensor {} has global shape [{}] in the checkpoint but [{}] in this "
+                                                 "model",
+                                                 loaded.path(), p.name, fmt::join(stored, ", "),
+                                                 fmt::join(p.global_shape, ", ")));
     if (p.real_numel() > 0) write_parameter(write, p, loaded.read(p.name, p.offsets(), p.real_sizes()));
   }
   if (loaded.contains("rng.cpu")) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
-    generator.set_state(loaded.read("rng.cpu"));
+    try {
+      generator.set_state(loaded.read("rng.cpu"));
+    } catch (const c10::Error& e) {  // a state of another size or dtype: ATen says which
+      throw UserError(fmt::format("{}: tensor rng.cpu is not a CPU generator state: {}", loaded.path(),
+                                  e.what_without_backtrace()));
+    }
   }
   return Progress{loaded.step(), loaded.consumed_samples()};
 }
@@ -179,8 +184,22 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
 parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded) {
   return [&loaded](const std::string& name, const std::vector<int64_t>& offsets,
                    const std::vector<int64_t>& shape) -> std::optional<at::Tensor> {
-    if (!loaded.contains(name)) return std::nullopt;
-    return loaded.read(name, offsets, shape);
+    if (loaded.contains(name)) return loaded.read(name, offsets, shape);
+    // "optimizer.<kind>.<parameter>": what trainer writes for that parameter decides whether the
+    // state may be missing (only the master weights of a parameter stored in fp32: it is its own).
+    const size_t kind_end = name.find('.', std::string("optimizer.").size());
+    const std::string parameter = kind_end == std::string::npos ? "" : name.substr(kind_end + 1);
+    if (loaded.contains(parameter)) {
+      const auto dtype = checkpoint::manifest_dtype(loaded.manifest().at("tensors").at(parameter).at("dtype").get<std::string>());
+      const auto required = checkpoint::required_optimizer_state(parameter, *dtype);
+      if (std::find(required.begin(), required.end(), name) == required.end()) return std::nullopt;
+    }
+    throw UserError(fmt::format("{}: checkpoint has no tensor {}, which resuming needs (every parameter's AdamW moments "
+                                "and step count, and its fp32 master weights unless it is stored in fp32): the checkpoint "
+                                "is incomplete. Resume from another one (checkpoint.resume=PATH), start over "
+                                "(checkpoint.resume=none), or keep only its weights (trainer ckpt export {} --hf OUT, then "
+                                "model.init_from=OUT)",
+                                loaded.path(), name, loaded.path()));
   };
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "core/error.h"
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -36,8 +37,17 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
 // the parameter; ZeRO-3 writes it into its shards (OptimizerDriver::parameter_writer).
 using ParameterWriter = std::function<void(model::Parameter&, const at::Tensor& real_slice)>;
 
+// The checkpoint holds another model than the recipe's: a parameter missing, of another global
+// shape, or a weight the model has no parameter for. The caller, which knows the recipe, adds the
+// recipe values that differ and what to do (run_start.cpp).
+class CheckpointOfAnotherModel : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // Loads the parameters (this rank's slices) and the RNG state; returns the progress recorded.
-// A tensor missing from the checkpoint or of another global shape is a UserError naming both.
+// A tensor missing from the checkpoint or of another global shape is a CheckpointOfAnotherModel
+// naming both.
 Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transformer& model,
                        const ParameterWriter& write = nullptr);
 
@@ -47,6 +57,8 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
 int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write = nullptr);
 
 // Reads optimizer tensors from `loaded` for OptimizerDriver::load_state (one slice at a time).
+// Returns nothing only for state that may be missing (checkpoint::required_optimizer_state: the
+// master weights of a parameter stored in fp32); any other missing tensor is a UserError naming it.
 parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded);
 
 }  // namespace trainer::train

@@ -32,7 +32,8 @@
 namespace trainer::parallel {
 
 // Reads the slice [offsets, offsets + shape) of a checkpointed tensor by global name, or nothing
-// when the checkpoint does not have it. Loading goes tensor by tensor through it, so a rank never
+// when the checkpoint does not have it and need not (fp32 master weights of an fp32 checkpoint:
+// taken from the parameters); missing required state is the reader's error. Loading goes tensor by tensor through it, so a rank never
 // holds more of the checkpoint than one parameter's state at a time.
 using StateReader = std::function<std::optional<at::Tensor>(const std::string& name, const std::vector<int64_t>& offsets,
                                                             const std::vector<int64_t>& shape)>;
