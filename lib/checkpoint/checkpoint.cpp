@@ -63,8 +63,8 @@ std::vector<fs::path> committed_steps(const fs::path& dir) {
   std::vector<fs::path> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_directory() || !is_step_name(entry.path().filename().string())) continue;
-    if (!fs::exists(entry.path() / "manifest.json")) {
+    if (!entry.is_directory(ec) || !is_step_name(entry.path().filename().string())) continue;
+    if (!fs::exists(entry.path() / "manifest.json", ec)) {
       std::fprintf(stderr, "warning: skipping %s: no committed manifest (an interrupted save)\n",
                    entry.path().c_str());
       continue;
@@ -248,12 +248,12 @@ void prune_checkpoints(const std::string& dir, int64_t keep, const std::string& 
 
 std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
   const fs::path root(dir);
-  if (!fs::is_directory(root)) return std::nullopt;
+  std::error_code ec;  // the non-throwing calls: an unreadable path is "no checkpoint here", not a crash
+  if (!fs::is_directory(root, ec)) return std::nullopt;
   const fs::path pointer = root / "latest";
-  std::error_code ec;
   if (fs::symlink_status(pointer, ec).type() != fs::file_type::not_found) {
     const std::string name = read_latest(pointer, root);
-    if (fs::exists(root / name / "manifest.json")) return (root / name).string();
+    if (fs::exists(root / name / "manifest.json", ec)) return (root / name).string();
     std::fprintf(stderr, "warning: %s names %s, which holds no committed checkpoint (removed by hand?); using the newest "
                  "committed step directory instead\n", pointer.c_str(), name.c_str());
   }
@@ -264,7 +264,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& dir) {
 
 LoadedCheckpoint::LoadedCheckpoint(const std::string& path) {
   fs::path p(path);
-  if (!fs::exists(p / "manifest.json")) {
+  std::error_code ec;
+  if (!fs::exists(p / "manifest.json", ec)) {
     const auto latest = find_latest_checkpoint(path);
     if (!latest) throw UserError(fmt::format("{}: no committed checkpoint (no manifest.json)", path));
     p = *latest;
@@ -277,7 +278,7 @@ LoadedCheckpoint::LoadedCheckpoint(const std::string& path) {
   const std::vector<ManifestFile> files = check_manifest(manifest_, manifest_path);
   for (const auto& file : files) {
     const std::string full = (p / file.name).string();
-    if (!fs::exists(full)) throw UserError(fmt::format("{}: missing (listed in {})", full, manifest_path));
+    if (!fs::exists(full, ec)) throw UserError(fmt::format("{}: missing (listed in {})", full, manifest_path));
     const RegularFile opened(full);
     if (opened.size() != file.bytes)
       throw UserError(fmt::format("{}: {} bytes, the manifest says {} (truncated or replaced)", full, opened.size(),
