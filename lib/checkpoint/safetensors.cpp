@@ -104,18 +104,24 @@ CheckedEntry check_entry(const std::string& where, const nlohmann::json& value, 
   if (!shape.is_array())
     throw UserError(fmt::format("{}: shape {} is {}, expected a list of sizes", where, describe_json(shape),
                                 json_type_name(shape)));
-  uint64_t numel = 1;
+  // `extent` multiplies the sizes with each 0 taken as 1, as ATen computes strides: [0, 2^62, 4]
+  // holds no element, but its strides overflow inside at::empty. Within it, numel cannot overflow.
+  uint64_t numel = 1, extent = 1;
   for (const auto& d : shape) {
     // is_number_unsigned: nlohmann stores every non-negative integer as unsigned.
     if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(INT64_MAX))
       throw UserError(fmt::format("{}: shape {} holds {}, expected sizes that are integers >= 0", where,
                                   describe_json(shape), describe_json(d)));
-    if (__builtin_mul_overflow(numel, d.get<uint64_t>(), &numel))
-      throw UserError(fmt::format("{}: shape {} has more elements than 64 bits count", where, describe_json(shape)));
-    entry.shape.push_back(int64_t(d.get<uint64_t>()));
+    const uint64_t size = d.get<uint64_t>();
+    if (__builtin_mul_overflow(extent, std::max<uint64_t>(size, 1), &extent) || extent > uint64_t(INT64_MAX))
+      throw UserError(fmt::format("{}: shape {} multiplies to 2^63 or more (sizes of 0 counted as 1): more than a tensor's "
+                                  "64-bit sizes and strides hold",
+                                  where, describe_json(shape)));
+    numel *= size;
+    entry.shape.push_back(int64_t(size));
   }
   uint64_t bytes = 0;
-  if (numel > uint64_t(INT64_MAX) || __builtin_mul_overflow(numel, uint64_t(c10::elementSize(entry.dtype)), &bytes))
+  if (__builtin_mul_overflow(numel, uint64_t(c10::elementSize(entry.dtype)), &bytes))
     throw UserError(fmt::format("{}: shape {} of {} takes more bytes than 64 bits count", where, describe_json(shape),
                                 dtype.get<std::string>()));
   const auto& offsets = value["data_offsets"];
