@@ -93,17 +93,43 @@ void replace_with(const fs::path& temporary, const fs::path& path) {
   if (ec) throw std::runtime_error(fmt::format("{}: cannot rename {} to it: {}", path.string(), temporary.string(), ec.message()));
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = temporary_for(path);
+void write_text(const fs::path& path, const std::string& text) {
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp.string()));
+    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", path.string()));
   }
-  fsync_path(tmp);
-  replace_with(tmp, path);
+  fsync_path(path);
 }
+
+// The files of an export, written under temporary names and renamed into place together only once
+// all are on disk: a write that fails (a full disk) leaves an earlier export whole, not new files
+// mixed with old ones. Temporaries not renamed are removed when this goes out of scope.
+class StagedFiles {
+ public:
+  explicit StagedFiles(fs::path dir) : dir_(std::move(dir)) {}
+  ~StagedFiles() {
+    std::error_code ignored;
+    for (const auto& name : names_) fs::remove(temporary_for(dir_ / name), ignored);
+  }
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+
+  // Where to write the file `name` of the directory.
+  fs::path stage(const std::string& name) {
+    names_.push_back(name);
+    return temporary_for(dir_ / name);
+  }
+  void rename_into_place() {
+    for (const auto& name : names_) replace_with(temporary_for(dir_ / name), dir_ / name);
+    names_.clear();
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<std::string> names_;
+};
 
 // The output directory is a directory or is missing; anything else of that name is the user's mistake.
 void check_output_dir(const std::string& out_dir) {
@@ -148,35 +174,32 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
     in_current += t.nbytes();
   }
 
-  // Each file is written under a temporary name, fsynced, then renamed over the old one.
   create_output_dir(out_dir);
   const fs::path out(out_dir);
-  write_text_atomically(out / "config.json", config);
-  std::error_code ignored;
+  StagedFiles staged(out);
+  write_text(staged.stage("config.json"), config);
+  // A weights file of an earlier export in the other layout is removed: readers would take it.
+  std::string stale = "model.safetensors.index.json";
   if (files.size() == 1) {
-    write_safetensors(temporary_for(out / "model.safetensors").string(), files[0], {{"format", "pt"}});
-    replace_with(temporary_for(out / "model.safetensors"), out / "model.safetensors");
-    // An index left by an earlier, sharded export would be read instead of the new file.
-    fs::remove(out / "model.safetensors.index.json", ignored);
-    fsync_path(out);
-    return 1;
-  }
-  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
-  uint64_t total = 0;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, files.size());
-    write_safetensors(temporary_for(out / file).string(), files[i], {{"format", "pt"}});
-    replace_with(temporary_for(out / file), out / file);
-    for (const auto& e : files[i]) {
-      index["weight_map"][e.name] = file;
-      total += e.tensor.nbytes();
+    write_safetensors(staged.stage("model.safetensors").string(), files[0], {{"format", "pt"}});
+  } else {
+    stale = "model.safetensors";
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+    uint64_t total = 0;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, files.size());
+      write_safetensors(staged.stage(file).string(), files[i], {{"format", "pt"}});
+      for (const auto& e : files[i]) {
+        index["weight_map"][e.name] = file;
+        total += e.tensor.nbytes();
+      }
     }
+    index["metadata"]["total_size"] = total;
+    write_text(staged.stage("model.safetensors.index.json"), index.dump(2) + "\n");
   }
-  index["metadata"]["total_size"] = total;
-  write_text_atomically(out / "model.safetensors.index.json", index.dump(2) + "\n");
-  // A model.safetensors left by an earlier, unsharded export would be read instead (transformers
-  // looks for it first).
-  fs::remove(out / "model.safetensors", ignored);
+  staged.rename_into_place();
+  std::error_code ignored;
+  fs::remove(out / stale, ignored);
   fsync_path(out);
   return int(files.size());
 }

@@ -21,8 +21,9 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& model, const std::strin
 // Writes config.json and the weights of `loaded` (a committed checkpoint) into `out_dir`.
 // Returns the number of weight files written. Everything that can be refused (a model transformers
 // cannot express, `out_dir` naming something that is not a directory, an unreadable tensor) is a
-// UserError before the first byte is written; each file is then written under a temporary name,
-// fsynced and renamed into place, so an earlier export is never left truncated.
+// UserError before the first byte is written; every file is then written under a temporary name
+// and fsynced, and only then are all renamed into place, so an earlier export is never left
+// truncated, nor mixed with the files of an export whose writing failed.
 int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64_t max_shard_bytes = 5ull << 30);
 
 // Reads Hugging Face weights from a directory (model.safetensors, or an index and its shards):

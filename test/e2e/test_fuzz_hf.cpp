@@ -511,3 +511,34 @@ TEST_CASE("ckpt export refused before writing - an earlier export stays whole an
   CHECK(to_file.err.find(file + ": exists and is not a directory") != std::string::npos);
   CHECK(read_file(file) == "x");
 }
+
+TEST_CASE("ckpt export whose writing fails leaves an earlier export whole - no new file mixed in", "[fuzz]") {
+  TempDir dir;
+  const std::string good = hf_export();
+  const std::string out = dir.path() + "/hf";
+  fs::copy(good, out);
+  // The earlier export's config differs from what this export writes, so a replaced one shows.
+  Variants::write(out + "/config.json", read_file(good + "/config.json") + "\n");
+  const std::string config_before = read_file(out + "/config.json");
+  const std::string weights_before = read_file(out + "/model.safetensors");
+  // The weights' temporary name is taken by a directory: that write fails after config.json's.
+  fs::create_directories(out + "/model.safetensors.tmp");
+  Variants::write(out + "/model.safetensors.tmp/keep", "x");
+  const auto failed = run_process({trainer_binary(), "ckpt", "export", fs::path(good).parent_path().string() + "/ck",
+                                   "--hf", out});
+  INFO(failed.err);
+  CHECK(failed.exit_code != 0);
+  CHECK(failed.signal == 0);
+  CHECK(failed.err.find(out + "/model.safetensors.tmp") != std::string::npos);
+  CHECK(read_file(out + "/config.json") == config_before);
+  CHECK(read_file(out + "/model.safetensors") == weights_before);
+  CHECK_FALSE(fs::exists(out + "/config.json.tmp"));
+  // Once the obstacle is gone the same export goes through.
+  fs::remove_all(out + "/model.safetensors.tmp");
+  const auto ok = run_process({trainer_binary(), "ckpt", "export", fs::path(good).parent_path().string() + "/ck",
+                               "--hf", out});
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(read_file(out + "/config.json") == read_file(good + "/config.json"));
+  CHECK(read_file(out + "/model.safetensors") == weights_before);
+}
