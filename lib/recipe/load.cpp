@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/regular_file.h"
 #include "recipe/hf_config.h"
 #include "recipe/keys.h"
 #include "recipe/overrides.h"
@@ -111,11 +110,8 @@ void infer_data_source(json& merged) {
 
 std::string read_text(const std::string& path) {
   if (std::filesystem::is_directory(path)) throw UserError(fmt::format("{}: is a directory, expected a recipe file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot open recipe file", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  if (!std::filesystem::exists(path)) throw UserError(fmt::format("{}: cannot open recipe file (no such file)", path));
+  return read_text_file(path);  // a regular file only: a FIFO or /dev/zero would never end
 }
 
 }  // namespace

@@ -139,8 +139,8 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
     std::string reason;
     auto state = [&] { return fmt::format("waiting for node 0 at {} (not reachable yet: {})", where, reason); };
     while (!(reason = try_connect(env.master_addr, env.master_port, std::chrono::milliseconds(500))).empty()) {
-      wait.check(state);
       if (wait.expired()) throw fail(fmt::format("node 0's store never became reachable ({})", reason));
+      wait.check(state);
       // A refused connection returns at once: do not spin.
       for (int i = 0; i < 10 && !StopSignal::requested(); ++i) std::this_thread::sleep_for(kPoll);
     }
@@ -164,7 +164,8 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
 
   // 2. Until every rank has joined. Ranks count themselves, and the first rank of each node counts
   // its node (nodes are known when every node runs the same number of ranks).
-  const bool count_nodes = env.local_world_size > 0 && env.world_size % env.local_world_size == 0;
+  const bool count_nodes = env.local_world_size > 0 && env.world_size % env.local_world_size == 0 &&
+                           env.world_size > env.local_world_size;
   const int64_t nodes = count_nodes ? env.world_size / env.local_world_size : 0;
   const std::string ranks_key = "trainer/rendezvous/ranks", nodes_key = "trainer/rendezvous/nodes";
   int64_t ranks_present = 0, nodes_present = 0;
@@ -183,8 +184,8 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
       ranks_present = store->add(ranks_key, 0);
       if (count_nodes) nodes_present = store->add(nodes_key, 0);
       if (ranks_present >= env.world_size) break;
-      wait.check(state);
       if (wait.expired()) throw fail(fmt::format("only {}", present()));
+      wait.check(state);
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
     }

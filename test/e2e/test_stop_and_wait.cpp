@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -225,4 +226,17 @@ TEST_CASE("recipe: data.paths without data.source means token files", "[stop][re
   INFO(explicit_source.out << explicit_source.err);
   CHECK(explicit_source.exit_code == 2);
   CHECK(explicit_source.err.find("data.paths is set but data.source is \"synthetic\"") != std::string::npos);
+}
+
+TEST_CASE("recipe: a FIFO in place of the recipe is refused at once, not waited on", "[stop][recipe]") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/recipe.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const char* command : {"validate", "run"}) {
+    const auto r = run_process({trainer_binary(), command, fifo}, 10);
+    INFO(command << ": " << r.out << r.err);
+    CHECK(!r.timed_out);  // blocked in open() until killed before
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(fifo + ": not a regular file (a FIFO)") != std::string::npos);
+  }
 }
