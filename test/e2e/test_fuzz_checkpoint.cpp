@@ -343,7 +343,7 @@ TEST_CASE("fuzz: damaged manifest fields are exit 2 naming the manifest and the 
   run_damages(damages, "damaged manifest fields");
 }
 
-TEST_CASE("fuzz: file entries outside the step directory, special files and a bad latest are exit 2", "[fuzz]") {
+TEST_CASE("fuzz: file entries outside the step directory - special files - a bad latest are exit 2", "[fuzz]") {
   const auto files_name = [](const std::string& name) {
     return field("files[0].name = " + name, [name](json& m) { m["files"][0]["name"] = name; },
                  "files[0].name: " + json(name).dump() + "; expected the name of a shard file directly inside");
@@ -581,7 +581,7 @@ struct Mutator {
 
 }  // namespace
 
-TEST_CASE("fuzz: random manifest damage - inspect, export and resume exit 0 or 2, agree, never crash or hang", "[fuzz]") {
+TEST_CASE("fuzz: random manifest damage - inspect export and resume exit 0 or 2 and agree - never crash or hang", "[fuzz]") {
   const char* env = std::getenv("TRAINER_FUZZ_RUNS");
   const int runs = env ? std::atoi(env) : 24;
   Tally tally;
