@@ -28,6 +28,8 @@ std::vector<std::string> split_top_level(const std::string& text) {
   return parts;
 }
 
+constexpr size_t kMaxHosts = 1 << 20;
+
 void expand_one(const std::string& name, const std::string& whole, std::vector<std::string>& out) {
   const auto open = name.find('[');
   if (open == std::string::npos) {
@@ -45,13 +47,18 @@ void expand_one(const std::string& name, const std::string& whole, std::vector<s
     const std::string range = inside.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const auto dash = range.find('-');
     const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-    if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+    if (lo.empty() || hi.empty() || lo.size() > 9 || hi.size() > 9 ||  // std::stol must not overflow
+        lo.find_first_not_of("0123456789") != std::string::npos ||
         hi.find_first_not_of("0123456789") != std::string::npos)
       throw UserError(fmt::format("hostlist \"{}\": bad range \"{}\"", whole, range));
     const long a = std::stol(lo), b = std::stol(hi);
     if (b < a || b - a > 100000) throw UserError(fmt::format("hostlist \"{}\": bad range \"{}\"", whole, range));
-    for (long i = a; i <= b; ++i)
+    for (long i = a; i <= b; ++i) {
+      // Several groups multiply ("a[1-99999]b[1-99999]"): no job has this many hosts.
+      if (out.size() >= kMaxHosts)
+        throw UserError(fmt::format("hostlist \"{}\" names more than {} hosts", whole, kMaxHosts));
       expand_one(prefix + fmt::format("{:0{}}", i, lo.size()) + suffix, whole, out);
+    }
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

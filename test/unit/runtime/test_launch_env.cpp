@@ -86,4 +86,6 @@ TEST_CASE("hostlist expansion", "[runtime]") {
   CHECK_THROWS_AS(expand_hostlist("node[1-"), UserError);
   CHECK_THROWS_AS(expand_hostlist("node[3-1]"), UserError);
   CHECK_THROWS_AS(expand_hostlist("node[a-b]"), UserError);
+  CHECK_THROWS_AS(expand_hostlist("node[1-99999999999999999999]"), UserError);  // was std::out_of_range
+  CHECK_THROWS_AS(expand_hostlist("a[1-99999]b[1-99999]"), UserError);         // 10^10 names
 }
