@@ -240,3 +240,22 @@ TEST_CASE("recipe: a FIFO in place of the recipe is refused at once, not waited 
     CHECK(r.err.find(fifo + ": not a regular file (a FIFO)") != std::string::npos);
   }
 }
+
+TEST_CASE("rendezvous: node 0 given a MASTER_PORT that is taken says so (exit 2)", "[stop]") {
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::listen(holder, 1) == 0);
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "0"}, 30,
+                             {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"});
+  ::close(holder);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);  // "internal error" before
+  CHECK(r.err.find("error: cannot listen on TCP port " + port + " (MASTER_PORT) of this host: Address already in "
+                   "use; choose a free port for MASTER_PORT") != std::string::npos);
+}
