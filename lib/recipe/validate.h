@@ -20,7 +20,7 @@ inline constexpr int64_t kMaxIntermediateSize = int64_t(1) << 20;
 inline constexpr int64_t kMaxHiddenLayers = int64_t(1) << 12;
 inline constexpr int64_t kMaxHeads = int64_t(1) << 12;  // query and key/value heads
 inline constexpr int64_t kMaxHeadDim = int64_t(1) << 12;
-inline constexpr int64_t kMaxPositions = int64_t(1) << 24;  // max_position_embeddings and rope's original
+inline constexpr int64_t kMaxPositions = int64_t(1) << 27;  // max_position_embeddings and rope's original
 inline constexpr int64_t kMaxExperts = int64_t(1) << 12;
 // Parameters: at 16 bytes each (weights, gradients, AdamW's moments and fp32 master weights),
 // 2^50 need 18 PB, more memory than 100,000 GPUs of 80 GB hold together.

@@ -17,7 +17,8 @@ TEST_CASE("sizes beyond the bounds are refused naming the key and the bound", "[
   CHECK(any_contains(problems, "model.hidden_size=1099511627776 exceeds the largest size trainer accepts, 131072"));
   CHECK(any_contains(problems, "model.num_hidden_layers=1000000 exceeds the largest size trainer accepts, 4096"));
   CHECK(any_contains(problems_of({"model.vocab_size=16777217"}), "model.vocab_size=16777217 exceeds"));
-  CHECK(any_contains(problems_of({"model.max_position_embeddings=16777217"}), "model.max_position_embeddings"));
+  CHECK(any_contains(problems_of({"model.max_position_embeddings=134217729"}), "model.max_position_embeddings"));
+  CHECK_FALSE(any_contains(problems_of({"model.max_position_embeddings=134217728"}), "exceeds"));  // 13x a 10M context
   CHECK(any_contains(problems_of({"model.moe.num_local_experts=4097", "model.moe.num_experts_per_tok=1"}),
                      "model.moe.num_local_experts=4097 exceeds"));
   // At the bounds: accepted by this rule (others may still apply).
