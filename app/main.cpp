@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "recipe/schema.h"
 #include "runtime/build_info.h"
+#include "runtime/rendezvous.h"
 #include "runtime/stop_signal.h"
 
 namespace {
@@ -85,9 +87,8 @@ int run_main(int argc, char** argv) {
   return trainer::kExitUsageError;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Every error, caught once.
+int guarded_main(int argc, char** argv) {
   try {
     return run_main(argc, argv);
   } catch (const trainer::UserError& e) {
@@ -106,4 +107,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "internal error: unknown exception\n");
     return trainer::kExitRuntimeFailure;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = guarded_main(argc, argv);
+  if (trainer::runtime::rendezvous_abandoned()) {
+    // A thread is still inside c10d's connect loop: leave without static destructors.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+  return code;
 }

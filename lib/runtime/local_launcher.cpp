@@ -120,8 +120,11 @@ int launch_local_workers(const LocalLaunchOptions& options) {
   store_options.isServer = true;
   store_options.waitWorkers = false;
   store_options.masterListenFd = store_socket.fd;
-  const auto store =
-      serves_store ? c10::make_intrusive<c10d::TCPStore>(master, store_options) : c10::intrusive_ptr<c10d::TCPStore>();
+  // The store's own client connects over loopback (the socket listens on every address): a
+  // MASTER_ADDR that does not lead back to this host then shows in the workers' wait, which says so
+  // and can be interrupted, instead of stalling the launcher in c10d's connect loop.
+  const auto store = serves_store ? c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options)
+                                  : c10::intrusive_ptr<c10d::TCPStore>();
 
   int running = options.nproc, result = 0;
   bool stopping = false;

@@ -10,7 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <exception>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -114,6 +117,8 @@ class Wait {
   Clock::time_point start_, next_report_;
 };
 
+std::atomic<bool> g_abandoned{false};
+
 // The rendezvous did not happen in time: passed through unchanged.
 class RendezvousFailed : public std::runtime_error {
  public:
@@ -121,6 +126,8 @@ class RendezvousFailed : public std::runtime_error {
 };
 
 }  // namespace
+
+bool rendezvous_abandoned() { return g_abandoned.load(); }
 
 c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
   Wait wait(env, timeout);
@@ -151,14 +158,59 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
   options.isServer = serve;
   options.waitWorkers = false;  // waited for below, where it can be interrupted
   options.timeout = wait.left();
+  // c10d's constructor retries on its own, deaf to signals and past its timeout (a port where some
+  // other service answers keeps it busy for minutes): it runs aside, and is left behind on a signal
+  // or at the deadline.
+  struct Pending {
+    std::mutex mutex;
+    bool done = false;
+    c10::intrusive_ptr<c10d::Store> store;
+    std::exception_ptr error;
+  };
+  auto pending = std::make_shared<Pending>();
+  std::thread([pending, address = env.master_addr, options] {
+    c10::intrusive_ptr<c10d::Store> store;
+    std::exception_ptr error;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(address, options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    pending->store = store;
+    pending->error = error;
+    pending->done = true;
+  }).detach();
+  auto connecting = [&] {
+    return fmt::format("connecting to the store at {} (the port accepts connections, but no store has answered yet)",
+                       where);
+  };
   c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-  } catch (const std::exception& e) {
-    if (const int signal = StopSignal::signal_number())
-      throw Interrupted(signal, fmt::format("rank {}: stopped by {} while connecting to {}; nothing was started",
-                                            env.rank, signal_name(signal), where));
-    throw fail(fmt::format("cannot {} the store: {}", serve ? "serve" : "reach", first_line(e)));
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(pending->mutex);
+      if (pending->done) {
+        if (pending->error) {
+          try {
+            std::rethrow_exception(pending->error);
+          } catch (const std::exception& e) {
+            throw fail(fmt::format("cannot {} the store: {}", serve ? "serve" : "reach", first_line(e)));
+          }
+        }
+        store = pending->store;
+        break;
+      }
+    }
+    try {
+      if (wait.expired())
+        throw fail(fmt::format("the port accepts connections but no rendezvous store answered there (another "
+                               "service on MASTER_PORT?)"));
+      wait.check(connecting);
+    } catch (...) {
+      g_abandoned.store(true);  // the thread may still be inside c10d
+      throw;
+    }
+    std::this_thread::sleep_for(kPoll);
   }
   store->setTimeout(timeout);
 

@@ -24,4 +24,9 @@ namespace trainer::runtime {
 // when that does not happen in time, and Interrupted when a stop signal arrives meanwhile.
 c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env, std::chrono::milliseconds timeout);
 
+// Whether a rendezvous gave up on c10d's store constructor while it was still running (on a signal or
+// at the deadline). The process must then end with std::_Exit, after flushing its output: static
+// destructors would run under that thread's feet.
+bool rendezvous_abandoned();
+
 }  // namespace trainer::runtime

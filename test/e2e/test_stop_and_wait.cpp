@@ -259,3 +259,43 @@ TEST_CASE("rendezvous: node 0 given a MASTER_PORT that is taken says so (exit 2)
   CHECK(r.err.find("error: cannot listen on TCP port " + port + " (MASTER_PORT) of this host: Address already in "
                    "use; choose a free port for MASTER_PORT") != std::string::npos);
 }
+
+TEST_CASE("rendezvous: a MASTER_PORT where something else listens fails once at the timeout, and a signal still stops "
+          "it", "[stop]") {
+  // A socket that listens and never answers: connections complete in its backlog, no store replies.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  REQUIRE(::listen(silent, 64) == 0);
+  REQUIRE(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  const std::vector<std::string> env = {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"};
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "1", "--set",
+                              "parallel.collective_timeout_s=3"},
+                             60, env);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 10);  // c10d alone retried for minutes past its timeout
+  CHECK(r.err.find("rank 1: no rendezvous at 127.0.0.1:" + port + " (address from MASTER_ADDR) within 3 s "
+                   "(parallel.collective_timeout_s): the port accepts connections but no rendezvous store answered "
+                   "there") != std::string::npos);
+  TempDir dir;
+  const auto stopped = bash("export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "\n" + trainer_binary() + " run " +
+                            kTiny + " --nnodes 2 --node-rank 1 > " + dir.path() + "/out 2> " + dir.path() +
+                            "/err & P=$!\n" + wait_for(dir.path() + "/err", "connecting to the store") +
+                            "S=$(date +%s%N); kill -TERM $P; wait $P; echo \"exit $?\"\n"
+                            "echo \"took_ms $(( ($(date +%s%N) - S) / 1000000 ))\"\n");
+  ::close(silent);
+  const std::string err = read_file(dir.path() + "/err");
+  INFO(stopped.out << err);
+  CHECK(stopped.out.find("exit 143") != std::string::npos);
+  const long long took = number_after(stopped.out, "took_ms");
+  CHECK(took >= 0);
+  CHECK(took < 2000);
+  CHECK(err.find("rank 1: stopped by SIGTERM while connecting to the store at 127.0.0.1:" + port +
+                 " (the port accepts connections, but no store has answered yet); nothing was started") !=
+        std::string::npos);
+}
