@@ -208,7 +208,9 @@ std::unique_ptr<DirClaim> DirClaim::acquire(const std::string& dir, const ClaimI
                  holder->describe().c_str(), holder->why.c_str(), holder->live ? ", as --force asks" : "");
     // Remove the old claim only if it is still the one just judged, then race for a fresh link().
     const auto again = read_claim(dir);
-    if (again && again->claim == holder->claim) ::unlink(path.c_str());
+    if (again && again->claim == holder->claim && ::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw UserError(fmt::format("checkpoint.dir {}: cannot remove the dead claim {} ({}); remove it by hand", dir,
+                                  path, std::strerror(errno)));
   }
   throw UserError(fmt::format("checkpoint.dir {}: could not claim it (another job keeps claiming it at the same time)",
                               dir));

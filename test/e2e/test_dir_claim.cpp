@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -195,4 +198,52 @@ TEST_CASE("claim: a killed holder that its parent has not reaped yet (a zombie) 
   CHECK(r.out.find("second 0") != std::string::npos);  // refused as "in use" (exit 2) before
   CHECK(second.find("taking over the claim of a job (pid ") != std::string::npos);
   CHECK(second.find("has exited (a zombie its parent has not reaped yet)") != std::string::npos);
+}
+
+TEST_CASE("claim: a damaged claim file reads as a dead claim - never a crash, a hang or an internal error",
+          "[checkpoint][claim]") {
+  TempDir dir;
+  const std::string ck = dir.path() + "/ck";
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {"wrong types", R"({"host": 7, "pid": "4567", "heartbeat": "now", "started": [], "token": {}})"},
+      {"pid -1", R"({"host": "HOST", "pid": -1, "heartbeat": 1e300})"},
+      {"huge numbers", R"({"pid": 1e30, "started": 1e300, "heartbeat": -5})"},
+      {"nested deeply", std::string(100000, '[') + std::string(100000, ']')},
+      {"not JSON", "\x01\x02 garbage"},
+      {"empty", ""},
+  };
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  int ran = 0;
+  for (auto [name, text] : damaged) {
+    if (auto at = text.find("HOST"); at != std::string::npos) text.replace(at, 4, host);
+    std::filesystem::create_directories(ck);
+    std::ofstream(ck + "/.claim.json", std::ios::trunc) << text;
+    const auto r = bash(tiny_command("--set training.steps=1 --set checkpoint.resume=none --set checkpoint.dir=" + ck),
+                        60);
+    INFO(name << ": " << r.out << r.err);
+    CHECK(!r.timed_out);
+    CHECK(r.signal == 0);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("taking over the claim of") != std::string::npos);
+    const auto inspect = run_process({trainer_binary(), "ckpt", "inspect", ck}, 30);
+    CHECK(inspect.signal == 0);
+    CHECK(inspect.err.find("internal error") == std::string::npos);
+    ++ran;
+  }
+  // A FIFO or a directory in the claim's place: not read (it would block), never taken for live.
+  std::filesystem::create_directories(ck);
+  REQUIRE(::mkfifo((ck + "/.claim.json").c_str(), 0600) == 0);
+  const auto fifo = bash(tiny_command("--set training.steps=1 --set checkpoint.resume=none --set checkpoint.dir=" + ck),
+                         60);
+  INFO(fifo.out << fifo.err);
+  CHECK(!fifo.timed_out);
+  CHECK(fifo.exit_code == 0);
+  std::filesystem::create_directories(ck + "/.claim.json");
+  const auto directory = bash(
+      tiny_command("--set training.steps=1 --set checkpoint.resume=none --set checkpoint.dir=" + ck), 60);
+  INFO(directory.out << directory.err);
+  CHECK(directory.exit_code == 2);
+  CHECK(directory.err.find("cannot remove the dead claim " + ck + "/.claim.json") != std::string::npos);
+  WARN("damaged claim files: " << ran + 2 << " runs, signals 0, hangs 0");
 }
