@@ -236,7 +236,7 @@ int run_training(const RunOptions& options) {
     // Check the recipe once here, so a bad one fails before any worker starts.
     recipe::LoadOptions load;
     load.overrides = options.overrides;
-    load.world_size = options.nproc_per_node * options.nnodes;
+    load.world_size = int64_t(options.nproc_per_node) * options.nnodes;  // no int overflow
     const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
     check_supported(loaded, !options.cpu && at::hasCUDA());
     // On the CPU the workers share this host's memory: refuse before starting any. (GPUs are checked
