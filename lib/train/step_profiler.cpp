@@ -7,6 +7,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace trainer::train {
 
 namespace {
@@ -23,7 +25,16 @@ std::set<ActivityType> activities(bool cuda) {
 }  // namespace
 
 StepProfiler::StepProfiler(const recipe::ProfilingConfig& config, int64_t rank, bool cuda)
-    : config_(config), rank_(rank), cuda_(cuda) {}
+    : config_(config), rank_(rank), cuda_(cuda) {
+  if (config_.steps.size() != 2) return;
+  // Before the first step: a directory that cannot be made is the recipe's problem, found now.
+  const std::string dir = config_.dir.value_or("profiles");
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error)
+    throw UserError(fmt::format("profiling.dir {}: cannot be created ({}); choose a directory this job can write", dir,
+                                error.message()));
+}
 
 StepProfiler::~StepProfiler() {
   if (!recording_) return;

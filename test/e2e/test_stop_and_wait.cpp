@@ -299,3 +299,16 @@ TEST_CASE("rendezvous: a MASTER_PORT where something else listens fails once at 
                  " (the port accepts connections, but no store has answered yet); nothing was started") !=
         std::string::npos);
 }
+
+TEST_CASE("run: a profiling.dir that cannot be made is refused before the first step", "[stop][recipe]") {
+  TempDir dir;
+  const std::string file = dir.write("a-file", "x");
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--set", "training.steps=3", "--set",
+                              "profiling.steps=[1,2]", "--set", "profiling.dir=" + file + "/traces"},
+                             60, {"OMP_NUM_THREADS=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);  // "internal error: filesystem error" after step 1 before
+  CHECK(r.err.find("error: profiling.dir " + file + "/traces: cannot be created (Not a directory)") !=
+        std::string::npos);
+  CHECK(r.out.find("step 1/") == std::string::npos);
+}
