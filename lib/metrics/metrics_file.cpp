@@ -21,6 +21,10 @@ MetricsFile::MetricsFile(std::string path) : path_(std::move(path)) {
       throw UserError(fmt::format("{}: cannot create the metrics file's directory {} ({})", path_, parent.string(),
                                   ec.message()));
   }
+  // Opening a FIFO for writing blocks until something reads it: refuse it instead of hanging.
+  std::error_code status_error;
+  if (std::filesystem::is_fifo(path_, status_error))
+    throw UserError(fmt::format("{}: is a FIFO, not a metrics file; give the path of a regular file", path_));
   errno = 0;
   out_.open(path_, std::ios::out | std::ios::app);
   if (!out_)

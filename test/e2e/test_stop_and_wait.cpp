@@ -312,3 +312,16 @@ TEST_CASE("run: a profiling.dir that cannot be made is refused before the first 
         std::string::npos);
   CHECK(r.out.find("step 1/") == std::string::npos);
 }
+
+TEST_CASE("run: a FIFO as logging.metrics_file is refused, not waited on", "[stop][recipe]") {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/metrics";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto r = run_process({trainer_binary(), "run", kTiny, "--set", "training.steps=2", "--set",
+                              "logging.metrics_file=" + fifo},
+                             30, {"OMP_NUM_THREADS=1"});
+  INFO(r.out << r.err);
+  CHECK(!r.timed_out);  // blocked in open() until killed before
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("error: " + fifo + ": is a FIFO, not a metrics file") != std::string::npos);
+}
