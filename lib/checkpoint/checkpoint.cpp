@@ -287,7 +287,7 @@ LoadedCheckpoint::LoadedCheckpoint(const std::string& path) {
     if (sum.crc32 != file.crc32)
       throw UserError(fmt::format("{}: CRC-32 {:08x} differs from the manifest's {:08x} (the file is corrupted)", full,
                                   sum.crc32, file.crc32));
-    shards_.push_back(std::make_unique<SafetensorsReader>(full));
+    shards_.try_emplace(file.name, full);
   }
   check_shard_entries(manifest_, manifest_path,
                       [&](const std::string& file, const std::string& key) -> std::optional<StoredEntry> {
@@ -308,8 +308,8 @@ at::Tensor LoadedCheckpoint::read(const std::string& name) const {
 }
 
 const SafetensorsReader& LoadedCheckpoint::reader(const std::string& file, const std::string& tensor) const {
-  for (const auto& s : shards_)
-    if (fs::path(s->path()).filename() == file) return *s;
+  const auto it = shards_.find(file);
+  if (it != shards_.end()) return it->second;
   throw UserError(fmt::format("{}: shard file {} of {} is not listed in the manifest", path_, file, tensor));
 }
 

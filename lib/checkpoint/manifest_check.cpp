@@ -123,6 +123,7 @@ void check_tensor(const Checker& c, const std::string& name, const json& record,
   if (!shards.is_array() || shards.empty()) c.wrong(path + ".shards", shards, "a non-empty list of shard records");
 
   std::vector<Slice> slices;
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, size_t> slice_index;  // (offsets, shape) -> slices[i]
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string at = fmt::format("{}.shards[{}]", path, i);
     const json& shard = shards[i];
@@ -148,15 +149,15 @@ void check_tensor(const Checker& c, const std::string& name, const json& record,
                                                r[1], s.numel));
       range = std::make_pair(r[0], r[1]);
     }
-    auto same = std::find_if(slices.begin(), slices.end(),
-                             [&](const Slice& o) { return o.offsets == s.offsets && o.shape == s.shape; });
-    if (same != slices.end()) {
+    const auto [known, added] = slice_index.try_emplace(std::make_pair(s.offsets, s.shape), slices.size());
+    if (!added) {
+      Slice* same = &slices[known->second];
       if (range.has_value() != same->flat)
         c.fail(at, fmt::format("holds part of the slice that shards[{}] holds {} (offsets {}, shape {})",
                                same->first_shard, same->flat ? "as flat fragments" : "whole", describe_shape(s.offsets),
                                describe_shape(s.shape)));
       // A whole slice written twice is a second copy (a tied embedding's step count, written by
-      // both pipeline stages that hold it under ZeRO): either is read.
+      // both pipeline stages that hold it): either is read.
       if (range) same->ranges.push_back(*range);
       continue;
     }
@@ -184,14 +185,30 @@ void check_tensor(const Checker& c, const std::string& name, const json& record,
   }
   // The slices tile the global tensor: no two overlap and together they hold every element. This
   // also bounds what a whole read allocates by what the files hold.
+  // Pairs are compared only along the dimension with the most distinct offsets, in order of their
+  // offsets there, so a tiling of n slices costs n log n, not n^2 (40,000 slices took 4.2 s).
+  size_t sweep = 0, most = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    std::set<int64_t> distinct;
+    for (const auto& s : slices) distinct.insert(s.offsets[d]);
+    if (distinct.size() > most) sweep = d, most = distinct.size();
+  }
+  std::vector<const Slice*> order;
+  for (const auto& s : slices)
+    if (s.numel > 0) order.push_back(&s);
+  if (rank > 0)
+    std::sort(order.begin(), order.end(), [&](const Slice* a, const Slice* b) { return a->offsets[sweep] < b->offsets[sweep]; });
   int64_t covered = 0;
-  for (size_t a = 0; a < slices.size(); ++a) {
-    for (size_t b = a + 1; b < slices.size(); ++b)
-      if (overlap(slices[a], slices[b]))
+  for (size_t a = 0; a < order.size(); ++a) {
+    // Later slices start at or after this one along `sweep`; only those starting before its end can overlap it.
+    for (size_t b = a + 1; b < order.size() && (rank == 0 || order[b]->offsets[sweep] < order[a]->offsets[sweep] +
+                                                                                           order[a]->shape[sweep]); ++b)
+      if (overlap(*order[a], *order[b]))
         c.fail(path + ".shards", fmt::format("shards[{}] and shards[{}] overlap (slices at offsets {} and {})",
-                                             slices[a].first_shard, slices[b].first_shard,
-                                             describe_shape(slices[a].offsets), describe_shape(slices[b].offsets)));
-    covered += slices[a].numel;  // disjoint slices inside the tensor: at most its element count
+                                             std::min(order[a]->first_shard, order[b]->first_shard),
+                                             std::max(order[a]->first_shard, order[b]->first_shard),
+                                             describe_shape(order[a]->offsets), describe_shape(order[b]->offsets)));
+    covered += order[a]->numel;  // disjoint slices inside the tensor: at most its element count
   }
   if (covered != *global_numel)
     c.fail(path + ".shards", fmt::format("the shards hold {} of the {} elements of global_shape {} (a shard is missing)",
