@@ -118,6 +118,9 @@ std::string out_of_memory_message(const std::exception& e, const recipe::LoadedR
   std::string reason = e.what();
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) reason = c10_error->what_without_backtrace();
   if (const auto newline = reason.find('\n'); newline != std::string::npos) reason.resize(newline);
+  if (reason.rfind("[enforce fail at ", 0) == 0)  // "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPU..."
+    if (const auto sentence = reason.find(". ", reason.find(']')); sentence != std::string::npos)
+      reason = reason.substr(sentence + 2);
   return fmt::format("out of memory on {} ({}); the estimate for this run is {} per rank{}; {}",
                      fit.available.device.empty() ? "this device" : fit.available.device, reason,
                      runtime::gib(fit.needed_bytes),
