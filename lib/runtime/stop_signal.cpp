@@ -128,9 +128,12 @@ extern "C" void on_stop_signal(int signal) {
 // SIGHUP (the terminal went away): nobody is left to answer, so stop at once.
 extern "C" void on_hangup(int signal) { die_of(signal); }
 
-// SIGABRT, SIGSEGV, SIGBUS: remove the file and return. SA_RESETHAND put the default action back,
-// so abort() raising again, or the faulting instruction running again, ends the process as before.
-extern "C" void on_fatal(int) { remove_registered_file(); }
+// SIGABRT, SIGSEGV, SIGBUS: remove the file and die of the signal as before (SA_RESETHAND put the
+// default action back; SA_NODEFER lets raise() deliver it at once, also when it was sent with kill).
+extern "C" void on_fatal(int signal) {
+  remove_registered_file();
+  ::raise(signal);
+}
 }  // namespace
 
 void StopSignal::install() {

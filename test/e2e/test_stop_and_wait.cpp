@@ -325,3 +325,20 @@ TEST_CASE("run: a FIFO as logging.metrics_file is refused, not waited on", "[sto
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("error: " + fifo + ": is a FIFO, not a metrics file") != std::string::npos);
 }
+
+TEST_CASE("stop: SIGHUP, an abort or a crash still removes the checkpoint directory's claim", "[stop]") {
+  TempDir dir;
+  const std::string d = dir.path();
+  for (const auto& [signal, status] : std::vector<std::pair<std::string, int>>{{"HUP", 129}, {"ABRT", 134}, {"SEGV", 139}}) {
+    INFO("SIG" << signal);
+    const std::string ck = d + "/ck-" + signal;
+    const auto r = bash(trainer_binary() + " run " + kTiny + " --set training.steps=100000 --set logging.interval=1" +
+                        " --set checkpoint.dir=" + ck + " > " + d + "/out 2> " + d + "/err & P=$!\n" +
+                        wait_for(d + "/out", "^step ") + "test -f " + ck + "/.claim.json && echo claimed\n"
+                        "kill -" + signal + " $P; wait $P; echo \"exit $?\"\n");
+    INFO(r.out << r.err << read_file(d + "/err"));
+    CHECK(r.out.find("claimed") != std::string::npos);
+    CHECK(r.out.find("exit " + std::to_string(status)) != std::string::npos);  // dies of the signal, as before
+    CHECK_FALSE(std::filesystem::exists(ck + "/.claim.json"));                  // left behind before
+  }
+}
