@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/manifest_check.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/regular_file.h"
@@ -153,9 +154,7 @@ void create_output_dir(const std::string& out_dir) {
 int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64_t max_shard_bytes) {
   // Everything that can be refused is checked, and every tensor read, before the first byte is
   // written: a refused export leaves an earlier export in out_dir as it was.
-  std::vector<std::string> problems;
-  const recipe::Recipe r = recipe::recipe_from_json(loaded.manifest().at("recipe"), problems);
-  if (!problems.empty()) throw UserError(fmt::format("{}: the manifest's recipe is not valid: {}", loaded.path(), problems[0]));
+  const recipe::Recipe r = manifest_recipe(loaded.manifest(), loaded.path() + "/manifest.json");
   const std::string config = hf_config_json(r.model, r.training.dtype).dump(2) + "\n";
   check_output_dir(out_dir);  // before the (long) reads
   // The model's weights: every tensor that is not optimizer or RNG state.

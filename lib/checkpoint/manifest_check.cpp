@@ -10,7 +10,11 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/plural.h"
 #include "core/regular_file.h"
+#include "recipe/keys.h"
+#include "recipe/recipe_json.h"
+#include "recipe/schema.h"
 
 namespace trainer::checkpoint {
 
@@ -291,6 +295,39 @@ void check_shard_entries(const json& m, const std::string& source, const EntryLo
       }
     }
   }
+}
+
+recipe::Recipe manifest_recipe(const json& m, const std::string& source) {
+  json filled = m.at("recipe");
+  std::vector<std::string> problems;
+  for (const auto& spec : recipe::schema()) {
+    // Members of a section that is absent or null (a dense model's model.moe) are not there to check.
+    const auto dot = spec.path.rfind('.');
+    if (dot != std::string::npos) {
+      const json* parent = recipe::get_path(filled, spec.path.substr(0, dot));
+      if (!parent || !parent->is_object()) continue;
+    }
+    const json* value = recipe::get_path(filled, spec.path);
+    if (!value) {
+      if (spec.required) problems.push_back(fmt::format("recipe.{}: missing", spec.path));
+      else recipe::set_path(filled, spec.path, spec.default_value);
+      continue;
+    }
+    const std::string problem = recipe::check_value(spec, *value);
+    if (!problem.empty()) problems.push_back(fmt::format("recipe.{}: {}", spec.path, problem));
+  }
+  if (problems.empty()) {
+    try {
+      recipe::Recipe r = recipe::recipe_from_json(filled, problems);
+      if (problems.empty()) return r;
+    } catch (const json::exception& e) {  // every key was checked above; kept so that no JSON error is "internal"
+      problems.push_back(fmt::format("recipe: {}", e.what()));
+    }
+  }
+  throw UserError(fmt::format("{}: {}{}", source, problems.front(),
+                              problems.size() > 1
+                                  ? fmt::format(" (and {} more)", count_of(int64_t(problems.size()) - 1, "problem", "problems"))
+                                  : ""));
 }
 
 std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype) {

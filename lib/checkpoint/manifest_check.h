@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "recipe/recipe.h"
+
 namespace trainer::checkpoint {
 
 // The manifest format version this trainer writes and reads.
@@ -42,6 +44,12 @@ using EntryLookup = std::function<std::optional<StoredEntry>(const std::string& 
 // Checks every shard record of a manifest that passed check_manifest against its file: the key is
 // there, with the record's dtype, and with the slice's shape (a flat_range [b, e): e - b elements).
 void check_shard_entries(const nlohmann::json& manifest, const std::string& source, const EntryLookup& lookup);
+
+// The recipe a manifest that passed check_manifest was saved with, typed (`ckpt export` writes its
+// config.json from it). Every key the schema knows is checked as in a recipe file (type and range),
+// a key this trainer added since the checkpoint was written takes its default, and keys it does not
+// know are ignored (another version's). UserError naming the manifest and "recipe.KEY".
+recipe::Recipe manifest_recipe(const nlohmann::json& manifest, const std::string& source);
 
 // The dtype a manifest names (c10's names: "Float", "BFloat16", ...), or nothing.
 std::optional<c10::ScalarType> manifest_dtype(const std::string& name);

@@ -22,6 +22,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "process.h"
 
@@ -496,6 +497,33 @@ TEST_CASE("a checkpoint of another model size names the recipe values that diffe
     CHECK(r.err.find(differs) != std::string::npos);
     CHECK(r.err.find("set checkpoint.resume=none or another checkpoint.dir") != std::string::npos);
     CHECK(r.err.find("trainer ckpt export " + ck + "/" + kStep + " --hf OUT") != std::string::npos);
+  }
+}
+
+TEST_CASE("ckpt export reads the manifest's recipe as a recipe file - damage is exit 2 naming the key", "[fuzz]") {
+  // Before: 0 heads without head_dim divided by zero (SIGFPE), a string size was "internal error"
+  // (exit 1), and so was a checkpoint written before parallel.dp_shard existed.
+  const std::vector<std::tuple<std::string, std::function<void(json&)>, int, std::string>> cases = {
+      {"0 heads, no head_dim",
+       [](json& r) {
+         r["model"]["num_attention_heads"] = 0;
+         r["model"].erase("head_dim");
+       },
+       2, "manifest.json: recipe.model.num_attention_heads: found 0"},
+      {"hidden_size a string", [](json& r) { r["model"]["hidden_size"] = "x"; }, 2,
+       "manifest.json: recipe.model.hidden_size: found \"x\" (a string)"},
+      {"a key added since (parallel.dp_shard)", [](json& r) { r["parallel"].erase("dp_shard"); }, 0, ""},
+  };
+  for (const auto& [description, edit, exit_code, expected] : cases) {
+    Workspace w(bases().single);
+    edit(w.manifest["recipe"]);
+    w.save();
+    const auto r = run_command(Command::Export, w);
+    INFO(description << "\n" << r.err);
+    CHECK(r.signal == 0);
+    CHECK(r.exit_code == exit_code);
+    CHECK(r.err.find(expected) != std::string::npos);
+    if (exit_code == 0) CHECK(fs::exists(w.dir.path() + "/hf/config.json"));
   }
 }
 
