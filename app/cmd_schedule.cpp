@@ -82,6 +82,15 @@ int run_schedule(const ScheduleOptions& options) {
   spec.pp = options.pp;
   spec.vpp = options.vpp > 0 ? options.vpp : (parallel::v_layout(spec.kind) ? 2 : 1);
   spec.micro_batches = options.micro_batches;
+  // The timeline holds a few actions per (stage, chunk, micro-batch): beyond this bound it would
+  // take minutes and gigabytes to draw what no pipeline runs (the products stay far from overflow
+  // since each factor is checked first).
+  constexpr int64_t kMaxChunkMicroBatches = int64_t(1) << 20;
+  if (spec.pp > kMaxChunkMicroBatches || spec.vpp > kMaxChunkMicroBatches || spec.micro_batches > kMaxChunkMicroBatches ||
+      spec.pp * spec.vpp > kMaxChunkMicroBatches || spec.pp * spec.vpp * spec.micro_batches > kMaxChunkMicroBatches)
+    throw UserError(fmt::format("--pp {} --vpp {} --microbatches {}: pp x vpp x micro-batches must be at most {} (a "
+                                "schedule that large is not drawn)",
+                                spec.pp, spec.vpp, spec.micro_batches, kMaxChunkMicroBatches));
   try {
     parallel::check_spec(spec);
   } catch (const std::invalid_argument& e) {

@@ -222,6 +222,11 @@ TEST_CASE("schedule draws a pipeline: text chart - JSON - Chrome trace - bad inp
   CHECK(run_trainer({"schedule", "--pp", "3", "--vpp", "2", "--microbatches", "2", "--schedule", "interleaved_1f1b"})
             .exit_code == 2);
   CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "nope"}).exit_code == 2);
+  // A schedule no pipeline runs is refused at once (it ran unbounded before).
+  const auto huge = run_trainer({"schedule", "--pp", "4", "--microbatches", "100000000", "--schedule", "1f1b"});
+  CHECK(huge.exit_code == 2);
+  CHECK(huge.seconds < 10);
+  CHECK(huge.err.find("must be at most") != std::string::npos);
   CHECK(run_trainer({"schedule", "--pp", "2", "--microbatches", "3", "--schedule", "1f1b", "--costs", "1,x"}).exit_code == 2);
   // Costs per model chunk: pp 2 x 1 micro-batch, F 1 then 3, full backward 2 + 0 then 4 + 0:
   // 1 + 3 + 4 + 2 = 10.
