@@ -71,7 +71,11 @@ std::vector<fs::path> committed_steps(const fs::path& dir) {
     }
     steps.push_back(entry.path());
   }
-  std::sort(steps.begin(), steps.end());
+  // By step: past step 99,999,999 the names grow a digit, so a shorter name is an older step.
+  std::sort(steps.begin(), steps.end(), [](const fs::path& a, const fs::path& b) {
+    const std::string x = a.filename().string(), y = b.filename().string();
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
   return steps;
 }
 

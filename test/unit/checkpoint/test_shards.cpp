@@ -80,6 +80,19 @@ TEST_CASE("fragments that do not cover a slice are an error naming the tensor", 
   }
 }
 
+TEST_CASE("step 100000000 is newer than step 99999999 for latest and pruning", "[checkpoint]") {
+  // Before: the names were sorted as text, so step-100000000 came first (oldest): without `latest`
+  // the older step was resumed, and pruning removed the newest.
+  test::TempDir dir;
+  for (const int64_t step : {99999999LL, 100000000LL})
+    commit_checkpoint(dir.path(), metadata(step), {write_rank_shard(dir.path(), step, 0, {TensorRecord::whole("b", at::ones({2}))})});
+  std::filesystem::remove(dir.path() + "/latest");
+  CHECK(find_latest_checkpoint(dir.path()) == dir.path() + "/step-100000000");
+  prune_checkpoints(dir.path(), 1, "");
+  CHECK(std::filesystem::exists(dir.path() + "/step-100000000"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/step-99999999"));
+}
+
 TEST_CASE("a rank with nothing to write reports no file and the commit lists only the others", "[checkpoint]") {
   test::TempDir dir;
   const auto empty = write_rank_shard(dir.path(), 2, 1, {});
