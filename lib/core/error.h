@@ -17,8 +17,9 @@ class UserError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Training itself failed (the loss or the gradients diverged): neither bad input nor a bug of
-// trainer. Reported as "training failed: ..." with exit code 1; the message says what to try.
+// Training itself failed (the loss or the gradients diverged) or its environment did (out of
+// memory, a full disk, the checkpoint directory taken over by another job): neither bad input nor
+// a bug of trainer. Reported as "training failed: ..." with exit code 1; the message says what to try.
 class TrainingFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

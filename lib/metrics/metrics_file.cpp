@@ -37,9 +37,14 @@ void MetricsFile::write(const nlohmann::json& record) {
     throw std::invalid_argument(fmt::format("{}: a metrics record must be a JSON object, not {}", path_,
                                             record.type_name()));
   // dump() throws on invalid UTF-8 in strings rather than writing a line no reader can parse.
+  errno = 0;
   out_ << record.dump() << '\n';
   out_.flush();
-  if (!out_) throw std::runtime_error(fmt::format("{}: writing the metrics file failed", path_));
+  // A full disk or a device that refuses writes: the environment failed, not trainer.
+  if (!out_)
+    throw TrainingFailure(fmt::format("{}: writing the metrics file failed ({}); free space there or set "
+                                      "logging.metrics_file to another path",
+                                      path_, errno != 0 ? std::strerror(errno) : "unknown reason"));
 }
 
 void MetricsFile::write(const StepMetrics& metrics) { write(to_json(metrics)); }

@@ -194,3 +194,14 @@ TEST_CASE("train: tiny-moe trains and reports its load-balancing loss", "[train]
   REQUIRE(m.back().contains("aux_loss"));
   CHECK(m.back()["aux_loss"].get<double>() > 0.9);  // 1 is perfect balance per layer, summed over 4 layers
 }
+
+TEST_CASE("train: a metrics file that cannot be written ends the run as a failure naming it, not an internal error", "[train]") {
+  // /dev/full accepts the open and refuses every write with ENOSPC, as a full disk does.
+  const auto r = run(kTiny, {"training.steps=2", "logging.interval=1", "logging.metrics_file=/dev/full"}, 120);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.signal == 0);
+  CHECK(r.err.find("training failed: /dev/full: writing the metrics file failed (No space left on device)") !=
+        std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+}
