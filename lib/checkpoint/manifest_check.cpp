@@ -25,6 +25,10 @@ using nlohmann::json;
 // No tensor trainer writes has more dimensions; more is a damaged record.
 constexpr size_t kMaxRank = 8;
 
+// 2^53 samples (9e15, a million times the largest runs' 2^32): exact as a double in metrics, and
+// far from int64 overflow as training adds global batches to it.
+constexpr int64_t kMaxConsumedSamples = int64_t(1) << 53;
+
 const std::map<std::string, c10::ScalarType>& dtypes() {
   static const std::map<std::string, c10::ScalarType> names = {
       {"Float", c10::kFloat}, {"BFloat16", c10::kBFloat16}, {"Half", c10::kHalf}, {"Double", c10::kDouble},
@@ -237,12 +241,15 @@ std::vector<ManifestFile> check_manifest(const json& m, const std::string& sourc
     c.fail("version", fmt::format("{}; this trainer reads checkpoint format version {} only (written by another trainer "
                                   "version?)",
                                   describe_json(version), kManifestVersion));
-  c.integer(c.field(m, "step", "step"), "step");
-  c.integer(c.field(m, "consumed_samples", "consumed_samples"), "consumed_samples");
+  // No run has more steps than training.steps allows; counters past the bounds would overflow as
+  // training adds to them (INT64_MAX samples resumed, then was written back negative).
+  c.integer(c.field(m, "step", "step"), "step", recipe::kMaxInteger);
+  c.integer(c.field(m, "consumed_samples", "consumed_samples"), "consumed_samples", kMaxConsumedSamples);
   c.object(m, "recipe", "recipe");
   c.object(m, "mesh", "mesh");
   const json& extra = c.object(m, "extra", "extra");
-  if (extra.contains("optimizer_steps")) c.integer(extra.at("optimizer_steps"), "extra.optimizer_steps");
+  if (extra.contains("optimizer_steps"))
+    c.integer(extra.at("optimizer_steps"), "extra.optimizer_steps", recipe::kMaxInteger);
 
   std::vector<ManifestFile> files;
   std::set<std::string> names;

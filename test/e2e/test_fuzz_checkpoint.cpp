@@ -333,7 +333,11 @@ TEST_CASE("fuzz: damaged manifest fields are exit 2 naming the manifest and the 
       field("a shard in an unlisted file", [](json& m) { m["tensors"][kWeight]["shards"][0]["file"] = "shard-00009.safetensors"; },
             ".file: \"shard-00009.safetensors\" is not among the manifest's files"),
       field("tensors a list", [](json& m) { m["tensors"] = json::array(); }, "tensors: [] (a list); expected an object"),
-      field("step -10", [](json& m) { m["step"] = -10; }, "step: -10 (an integer); expected a non-negative integer"),
+      field("step -10", [](json& m) { m["step"] = -10; }, "step: -10 (an integer); expected an integer from 0 to 1099511627776"),
+      field("step 2^41", [](json& m) { m["step"] = 1ll << 41; }, "step: 2199023255552 (an integer); expected an integer from 0"),
+      // Before: resumed, and the next checkpoint held consumed_samples -9223372036854775793.
+      field("consumed_samples 2^63 - 1", [](json& m) { m["consumed_samples"] = std::numeric_limits<int64_t>::max(); },
+            "consumed_samples: 9223372036854775807 (an integer); expected an integer from 0 to 9007199254740992"),
       field("step 2.5", [](json& m) { m["step"] = 2.5; }, "step: 2.5 (a number)"),
       field("consumed_samples -1", [](json& m) { m["consumed_samples"] = -1; }, "consumed_samples: -1"),
       field("version 7", [](json& m) { m["version"] = 7; }, "version: 7; this trainer reads checkpoint format version 1 only"),
