@@ -242,7 +242,7 @@ TEST_CASE("hf: init_from without weights is an error naming the directory", "[hf
   CHECK(r.err.find(dir.path() + ": no model.safetensors") != std::string::npos);
 }
 
-TEST_CASE("hf: init_from under expert parallelism - ep, etp, ep with pp, the folded 5-D mesh - loads the weights and the first loss of one process", "[hf][ep]") {
+TEST_CASE("hf: init_from under expert parallelism - ep - etp - ep with pp - the folded 5-D mesh - loads the weights and the first loss of one process", "[hf][ep]") {
   // Weights W from a short MoE run. A step from W with a learning rate far below any weight's
   // rounding step leaves every weight at W, so each mesh's checkpoint must export to W's bytes (each
   // rank loaded exactly its experts and slices), and its first loss, computed by the mesh's forward

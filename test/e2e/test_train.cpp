@@ -195,7 +195,7 @@ TEST_CASE("train: tiny-moe trains and reports its load-balancing loss", "[train]
   CHECK(m.back()["aux_loss"].get<double>() > 0.9);  // 1 is perfect balance per layer, summed over 4 layers
 }
 
-TEST_CASE("train: a metrics file that cannot be written ends the run as a failure naming it, not an internal error", "[train]") {
+TEST_CASE("train: a metrics file that cannot be written ends the run as a failure naming it - not an internal error", "[train]") {
   // /dev/full accepts the open and refuses every write with ENOSPC, as a full disk does.
   const auto r = run(kTiny, {"training.steps=2", "logging.interval=1", "logging.metrics_file=/dev/full"}, 120);
   INFO(r.out << r.err);

@@ -66,7 +66,7 @@ TEST_CASE("a well-formed file reads back - tensors in any header order", "[check
   CHECK(error_of(path2).empty());
 }
 
-TEST_CASE("a file written by Python's safetensors reads - padding, empty __metadata__, scalar, no elements", "[checkpoint]") {
+TEST_CASE("a file written by Python's safetensors reads - padding - empty __metadata__ - scalar - no elements", "[checkpoint]") {
   // save_file({"scalar": tensor(1.5), "zero": zeros(0, 4), "x": arange(3, dtype=int32)}, path,
   // metadata={}) of safetensors 0.8.0: the header padded with 4 spaces, the empty tensor placed
   // between the others at [4, 4].
