@@ -3,7 +3,8 @@
 // (docs/checkpoint.md, "What a reader checks"). A manifest comes from a disk that may fail or from
 // someone else's hands: every field is checked for type, length and range, shard files must be
 // plain names inside the step directory, and every tensor's shards must lie inside its global
-// shape and cover it exactly once, so that no read goes outside the directory and no allocation is
+// shape and cover it without overlap (a whole slice may be listed twice, as a second copy of the
+// same data), so that no read goes outside the directory and no allocation is
 // larger than the data the files hold. Errors are UserErrors naming the manifest and the JSON path
 // of the field ("DIR/manifest.json: tensors."w".shards[0].offsets: 1 value for a 2-D tensor").
 #include <c10/core/ScalarType.h>
