@@ -132,10 +132,13 @@ std::string out_of_memory_message(const std::exception& e, const recipe::LoadedR
 }
 
 // While it lives, a stop that kills the process (a second Ctrl-C, SIGHUP, abort) removes the claim
-// file first; the claim's own destructor removes it on every other way out.
+// file first, if it is still this job's (not one that --force gave to another job); the claim's own
+// destructor removes it on every other way out.
 class ClaimCleanup {
  public:
-  explicit ClaimCleanup(const std::string& path) { runtime::StopSignal::remove_on_hard_stop(path); }
+  explicit ClaimCleanup(const checkpoint::DirClaim& claim) {
+    runtime::StopSignal::remove_on_hard_stop(claim.path(), claim.token());
+  }
   ~ClaimCleanup() { runtime::StopSignal::remove_on_hard_stop(""); }
   ClaimCleanup(const ClaimCleanup&) = delete;
   ClaimCleanup& operator=(const ClaimCleanup&) = delete;
@@ -167,7 +170,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
       checkpoint::DirClaim::check_not_claimed_by_other(*dir, me);
   }
   std::optional<ClaimCleanup> claim_cleanup;
-  if (claim) claim_cleanup.emplace(claim->path());
+  if (claim) claim_cleanup.emplace(*claim);
   if (env.rank == 0 && env.world_size > 1)
     std::printf("threads: %d intra-op thread%s per worker (%s; set OMP_NUM_THREADS to choose)\n", threads.threads,
                 threads.threads == 1 ? "" : "s", threads.reason.c_str());

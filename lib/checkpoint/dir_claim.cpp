@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -43,9 +44,9 @@ std::string host_name() {
 // Fields 3 (state) to 22 (start time) of /proc/PID/stat; empty when it cannot be read.
 std::vector<std::string> process_stat(int64_t pid) {
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  if (!std::getline(in, text)) return {};
-  const auto close = text.rfind(')');  // the command name may hold spaces
+  // The whole file, not a line: the command name may hold spaces, ')' and even a newline.
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
   if (close == std::string::npos || close + 2 > text.size()) return {};
   std::istringstream stream(text.substr(close + 2));
   std::vector<std::string> fields;
@@ -217,7 +218,10 @@ std::unique_ptr<DirClaim> DirClaim::acquire(const std::string& dir, const ClaimI
 }
 
 DirClaim::DirClaim(std::string dir, nlohmann::json claim)
-    : dir_(std::move(dir)), path_((fs::path(dir_) / kClaimFile).string()), claim_(std::move(claim)) {
+    : dir_(std::move(dir)),
+      path_((fs::path(dir_) / kClaimFile).string()),
+      claim_(std::move(claim)),
+      token_(claim_.value("token", "")) {
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
 

@@ -60,8 +60,9 @@ class DirClaim {
   // True once the heartbeat found another job's claim in place of ours: training must stop.
   bool lost() const { return lost_.load(); }
   std::string lost_to() const;
-  // The claim file (DIR/.claim.json).
+  // The claim file (DIR/.claim.json), and the random token that only this job's claim holds.
   const std::string& path() const { return path_; }
+  const std::string& token() const { return token_; }
 
  private:
   DirClaim(std::string dir, nlohmann::json claim);
@@ -69,6 +70,7 @@ class DirClaim {
 
   std::string dir_, path_;
   nlohmann::json claim_;
+  const std::string token_;
   std::atomic<bool> lost_{false};
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -1,5 +1,6 @@
 #include "runtime/stop_signal.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <time.h>
@@ -21,6 +22,9 @@ std::atomic<bool> g_acknowledge{false}, g_checkpoint{false};
 std::atomic<int64_t> g_stop_step{0};
 std::atomic<bool> g_remove_armed{false};
 char g_remove_path[4096];
+char g_remove_marker[256];  // the file is removed only while it still holds this ("" : always)
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
+              "the signal handlers need lock-free atomics");
 
 // A terminal's Ctrl-C reaches the whole foreground process group, and launchers (ours, mpirun,
 // srun) forward it to their workers as well: one keypress arrives twice within milliseconds.
@@ -91,8 +95,25 @@ void acknowledge(int signal) {
   text.write_to(STDERR_FILENO);
 }
 
+// Whether the file at g_remove_path still holds g_remove_marker (open, read and close only: all
+// async-signal-safe). A file that cannot be read is left alone.
+bool registered_file_still_ours() {
+  const size_t marker = std::strlen(g_remove_marker);
+  if (marker == 0) return true;
+  const int fd = ::open(g_remove_path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[8192];
+  size_t size = 0;
+  for (ssize_t n; size < sizeof(text) && (n = ::read(fd, text + size, sizeof(text) - size)) > 0;) size += size_t(n);
+  ::close(fd);
+  for (size_t at = 0; at + marker <= size; ++at)
+    if (std::memcmp(text + at, g_remove_marker, marker) == 0) return true;
+  return false;
+}
+
+// A claim that another job took over (--force) is theirs now: it is removed only while it is ours.
 void remove_registered_file() {
-  if (g_remove_armed.exchange(false)) ::unlink(g_remove_path);
+  if (g_remove_armed.exchange(false) && registered_file_still_ours()) ::unlink(g_remove_path);
 }
 
 // Dies of `signal` with its default action, after removing the registered file.
@@ -174,10 +195,11 @@ void StopSignal::enable_acknowledgement(bool checkpoint) {
 
 void StopSignal::set_stop_step(int64_t step) { g_stop_step.store(step); }
 
-void StopSignal::remove_on_hard_stop(const std::string& path) {
+void StopSignal::remove_on_hard_stop(const std::string& path, const std::string& marker) {
   g_remove_armed.store(false);
-  if (path.empty() || path.size() >= sizeof(g_remove_path)) return;
+  if (path.empty() || path.size() >= sizeof(g_remove_path) || marker.size() >= sizeof(g_remove_marker)) return;
   std::memcpy(g_remove_path, path.c_str(), path.size() + 1);
+  std::memcpy(g_remove_marker, marker.c_str(), marker.size() + 1);
   g_remove_armed.store(true);
 }
 

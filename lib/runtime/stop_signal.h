@@ -8,8 +8,9 @@
 // in the middle of a long step) by the process that enable_acknowledgement() was called in (rank 0):
 // "stop requested (SIGINT): finishing step 12, then writing a checkpoint; press Ctrl-C again to stop
 // without one". A file registered with remove_on_hard_stop() (the checkpoint directory's claim) is
-// unlinked before the process dies on a second signal, SIGHUP, or a fatal signal (SIGABRT,
-// SIGSEGV, SIGBUS): every exit that can still run code leaves no claim behind.
+// unlinked (unless another job took it over) before the process dies on a second signal, SIGHUP, or
+// a fatal signal (SIGABRT, SIGSEGV, SIGBUS): every exit that can still run code leaves no claim of
+// its own behind.
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -32,9 +33,10 @@ class StopSignal {
   static void enable_acknowledgement(bool checkpoint);
   // The step after which a stop requested now takes effect (named in the acknowledgement).
   static void set_stop_step(int64_t step);
-  // A file to unlink when the process dies of a signal; "" forgets it. Not thread-safe against
-  // itself: call from one thread.
-  static void remove_on_hard_stop(const std::string& path);
+  // A file to unlink when the process dies of a signal, only if it still contains `marker` (a claim
+  // that another job has taken over in the meantime is left to it); "" forgets it. Not thread-safe
+  // against itself: call from one thread.
+  static void remove_on_hard_stop(const std::string& path, const std::string& marker = "");
 };
 
 // A wait (the rendezvous) that a stop signal ended: the process should exit at once with

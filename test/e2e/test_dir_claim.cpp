@@ -5,6 +5,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "jsonl.h"
 #include "process.h"
@@ -174,6 +178,29 @@ TEST_CASE("claim: a job whose directory was taken over with --force stops at its
   CHECK(first.find("internal error") == std::string::npos);  // displaced, not a bug
 }
 
+TEST_CASE("claim: a job displaced with --force that then dies of SIGHUP leaves the new holder's claim alone",
+          "[checkpoint][claim]") {
+  TempDir dir;
+  const std::string d = dir.path(), claim = d + "/ck/.claim.json";
+  // The hang-up reaches the first job as soon as the second job's claim is in place, long before
+  // the first one's heartbeat (every 10 s) could notice that it lost the directory.
+  const auto r = bash(tiny_command("--set training.steps=100000 --set checkpoint.dir=" + d + "/ck") + " > " + d +
+                          "/first.out 2>&1 & A=$!\n"
+                          "for i in $(seq 1 1200); do grep -q '^step ' " + d + "/first.out && break; sleep 0.05; done\n" +
+                          tiny_command("--set training.steps=100000 --set checkpoint.resume=none --set checkpoint.dir=" +
+                                       d + "/ck") +
+                          " --force > " + d + "/second.out 2>&1 & B=$!\n"
+                          "for i in $(seq 1 1200); do grep -q \"\\\"pid\\\": $B\\b\" " + claim +
+                          " 2>/dev/null && break; sleep 0.05; done\n"
+                          "kill -HUP $A; wait $A; echo \"first $?\"\n"
+                          "grep -q \"\\\"pid\\\": $B\\b\" " + claim + " && echo 'second still holds it'\n"
+                          "kill -KILL $B; wait $B 2>/dev/null; exit 0\n",
+                      120);
+  INFO(r.out << r.err << read_file(d + "/first.out") << read_file(d + "/second.out"));
+  CHECK(r.out.find("first 129") != std::string::npos);  // died of the hang-up, not displaced at a heartbeat
+  CHECK(r.out.find("second still holds it") != std::string::npos);  // the first job unlinked it before
+}
+
 TEST_CASE("claim: a killed holder that its parent has not reaped yet (a zombie) does not keep the directory",
           "[checkpoint][claim]") {
   TempDir dir;
@@ -200,7 +227,45 @@ TEST_CASE("claim: a killed holder that its parent has not reaped yet (a zombie) 
   CHECK(second.find("has exited (a zombie its parent has not reaped yet)") != std::string::npos);
 }
 
-TEST_CASE("claim: a damaged claim file reads as a dead claim - never a crash, a hang or an internal error",
+TEST_CASE("claim: a live holder whose command name holds spaces, ')' and a newline is seen as alive",
+          "[checkpoint][claim]") {
+  TempDir dir;
+  const std::string d = dir.path(), ck = d + "/ck";
+  // The kernel names a process after its executable's file name (15 bytes at most).
+  const std::string odd = d + "/a b)\n(c) d";
+  std::filesystem::copy_file("/bin/sleep", odd);
+  std::filesystem::permissions(odd, std::filesystem::perms::owner_all);
+  // A child of this process, so that it stays alive (not a zombie) until it is killed and reaped here.
+  const std::string seconds = "60";
+  char* const argv[] = {const_cast<char*>(odd.c_str()), const_cast<char*>(seconds.c_str()), nullptr};
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, odd.c_str(), nullptr, nullptr, argv, environ) == 0);
+  std::string stat;
+  for (int i = 0; i < 100 && stat.find("(a b)\n(c) d)") == std::string::npos; ++i) {  // until it has exec'd
+    ::usleep(20000);
+    stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  }
+  REQUIRE(stat.find("(a b)\n(c) d)") != std::string::npos);
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from state (field 3) on
+  std::string start;
+  for (int field = 3; field <= 22; ++field) fields >> start;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::filesystem::create_directories(ck);
+  std::ofstream(ck + "/.claim.json") << nlohmann::json{{"host", host},       {"pid", int64_t(pid)},          {"process_start", start},
+                                                       {"job", "odd job"},   {"job_key", "k"},      {"started", now},
+                                                       {"heartbeat", now},   {"token", "odd"}}
+                                            .dump();
+  const auto r = bash(tiny_command("--set training.steps=1 --set checkpoint.resume=none --set checkpoint.dir=" + ck), 60);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);  // taken over as "no longer exists" before (the stat file was read up to the newline)
+  CHECK(r.err.find("is in use by odd job (pid " + std::to_string(pid)) != std::string::npos);
+}
+
+TEST_CASE("claim: a damaged claim file reads as a dead claim - never a crash - a hang or an internal error",
           "[checkpoint][claim]") {
   TempDir dir;
   const std::string ck = dir.path() + "/ck";
