@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -43,6 +44,29 @@ double cgroup_value(const std::string& file) {
 
 }  // namespace
 
+double cgroup_memory_room(const std::string& root) {
+  // cgroup v2, then v1. The usage counts the page cache (after a build or a data read, the cache can
+  // fill the whole limit), which the kernel drops before it refuses an allocation: it is room.
+  double limit = cgroup_value(root + "/memory.max"), used = cgroup_value(root + "/memory.current");
+  std::string stat = root + "/memory.stat", inactive = "inactive_file", active = "active_file";
+  if (limit < 0) {
+    limit = cgroup_value(root + "/memory/memory.limit_in_bytes");
+    used = cgroup_value(root + "/memory/memory.usage_in_bytes");
+    stat = root + "/memory/memory.stat";
+    inactive = "total_inactive_file";
+    active = "total_active_file";
+  }
+  if (limit <= 0 || limit >= 1e18 || used < 0) return -1;  // v1 writes "no limit" as 2^63 - 4096
+  double cache = 0;
+  std::ifstream in(stat);
+  for (std::string key; in >> key;) {
+    double value = 0;
+    if (!(in >> value)) break;
+    if (key == inactive || key == active) cache += value;
+  }
+  return std::max(0.0, limit - std::max(0.0, used - cache));
+}
+
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / double(1ull << 30)); }
 
 AvailableMemory available_cpu_memory(int64_t local_ranks) {
@@ -58,20 +82,16 @@ AvailableMemory available_cpu_memory(int64_t local_ranks) {
   };
   if (const double available = proc_field("/proc/meminfo", "MemAvailable"); available > 0)
     share(available, "MemAvailable");
-  // A container's limit, which MemAvailable (the host's) does not show: cgroup v2, then v1.
-  double limit = cgroup_value("/sys/fs/cgroup/memory.max"), used = cgroup_value("/sys/fs/cgroup/memory.current");
-  if (limit < 0) {
-    limit = cgroup_value("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-    used = cgroup_value("/sys/fs/cgroup/memory/memory.usage_in_bytes");
-  }
-  if (limit > 0 && limit < 1e18 && used >= 0) share(std::max(0.0, limit - used), "the cgroup's memory limit less its use");
+  // A container's limit, which MemAvailable (the host's) does not show.
+  if (const double room = cgroup_memory_room("/sys/fs/cgroup"); room >= 0)
+    share(room, "the cgroup's memory limit less its use (page cache not counted)");
   // ulimit -v bounds this process alone, mapped libraries included.
   rlimit as{};
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     const double mapped = std::max(0.0, proc_field("/proc/self/status", "VmSize"));
     const double left = std::max(0.0, double(as.rlim_cur) - mapped);
     if (out.bytes <= 0 || left < out.bytes) {
-      out.bytes = left;
+      out.bytes = std::max(left, 1.0);  // nothing left is a refusal, not "unknown" (0)
       out.source = fmt::format("the address-space limit (ulimit -v) {} less the {} already mapped", gib(double(as.rlim_cur)),
                                gib(mapped));
     }

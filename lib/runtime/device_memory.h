@@ -19,6 +19,11 @@ AvailableMemory available_cpu_memory(int64_t local_ranks);
 // The GPU `device_index` (free memory as the driver reports it; creates the CUDA context).
 AvailableMemory available_gpu_memory(int device_index);
 
+// The room left under the memory limit of the cgroup file system at `root` (v2's memory.max, or
+// v1's memory/memory.limit_in_bytes), counting the page cache (active and inactive file pages) as
+// room, since the kernel reclaims it first; -1 when no limit is set or none can be read.
+double cgroup_memory_room(const std::string& root);
+
 // "21.4 GiB"
 std::string gib(double bytes);
 
