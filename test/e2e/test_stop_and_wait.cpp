@@ -49,9 +49,10 @@ long long number_after(const std::string& text, const std::string& label) {
   return std::stoll(match[1]);
 }
 
-// Steps of a second or more on one thread, so that a signal arrives in the middle of one.
+// Steps of a second or more on one CPU thread (on a GPU they would take milliseconds), so that a
+// signal arrives in the middle of one.
 const std::string kSlowSteps =
-    " --set model.hidden_size=512 --set model.intermediate_size=1536 --set model.num_attention_heads=8"
+    " --cpu --set model.hidden_size=512 --set model.intermediate_size=1536 --set model.num_attention_heads=8"
     " --set model.num_key_value_heads=8 --set training.seq_len=256 --set model.max_position_embeddings=256"
     " --set training.micro_batch_size=8 --set training.global_batch_size=8 --set logging.interval=1"
     " --set training.steps=100000 --set optimizer.warmup_steps=2";
@@ -99,7 +100,7 @@ TEST_CASE("rendezvous: SIGTERM or SIGINT while waiting stops at once with 143 or
     CHECK(r.out.find(signal == "TERM" ? "exit 143" : "exit 130") != std::string::npos);
     const long long took = number_after(r.out, "took_ms");
     CHECK(took >= 0);
-    CHECK(took < 2000);
+    CHECK(took < 5000);  // c10d alone: minutes (slack for a loaded 2-core CI machine; the wait polls every 0.05-0.2 s)
     CHECK(err.find("rank 1: stopped by SIG" + signal + " while waiting for node 0 at 127.0.0.1:" + port +
                    " (not reachable yet: Connection refused); nothing was started") != std::string::npos);
     CHECK(err.find("exited with code") == std::string::npos);  // the launcher reports no failure
@@ -107,7 +108,7 @@ TEST_CASE("rendezvous: SIGTERM or SIGINT while waiting stops at once with 143 or
   }
 }
 
-TEST_CASE("rendezvous: node 0's launcher counts who came, passes a signal to its workers and reaps them", "[stop]") {
+TEST_CASE("rendezvous: node 0's launcher counts who came - passes a signal to its workers and reaps them", "[stop]") {
   TempDir dir;
   const std::string d = dir.path(), port = std::to_string(unused_port());
   const auto r = bash("export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "\n" + trainer_binary() + " run " + kTiny +
@@ -122,7 +123,7 @@ TEST_CASE("rendezvous: node 0's launcher counts who came, passes a signal to its
   CHECK(r.out.find("exit 130") != std::string::npos);
   const long long took = number_after(r.out, "took_ms");
   CHECK(took >= 0);
-  CHECK(took < 2000);
+  CHECK(took < 5000);  // minutes before (slack for a loaded machine)
   CHECK(r.out.find("all gone") != std::string::npos);  // every worker was reaped
   CHECK(err.find("rank 0: waiting for the other ranks at 127.0.0.1:" + port +
                  " (1 of 2 nodes present, 2 of 4 ranks); waited ") != std::string::npos);
@@ -132,20 +133,26 @@ TEST_CASE("rendezvous: node 0's launcher counts who came, passes a signal to its
   CHECK_FALSE(std::filesystem::exists(d + "/ck/.claim.json"));  // rank 0 had claimed it before waiting
 }
 
-TEST_CASE("stop: the first Ctrl-C is acknowledged at once, the run checkpoints the step it names", "[stop]") {
+TEST_CASE("stop: the first Ctrl-C is acknowledged at once - the run checkpoints the step it names", "[stop]") {
   TempDir dir;
   const std::string d = dir.path();
   const auto r = bash(trainer_binary() + " run " + kTiny + kSlowSteps + " --set checkpoint.dir=" + d + "/ck > " + d +
                       "/out 2> " + d + "/err & P=$!\n" + wait_for(d + "/out", "^step ") +
-                      "S=$(date +%s%N); kill -INT $P\n" + wait_for(d + "/err", "stop requested", 30) +
+                      "B=$(grep -c '^step ' " + d + "/out); S=$(date +%s%N); kill -INT $P\n" +
+                      wait_for(d + "/err", "stop requested", 30) +
                       "echo \"ack_ms $(( ($(date +%s%N) - S) / 1000000 ))\"\n"
+                      "echo \"steps_between $(( $(grep -c '^step ' " + d + "/out) - B ))\"\n"
                       "wait $P; echo \"exit $?\"\n");
   const std::string out = read_file(d + "/out"), err = read_file(d + "/err");
   INFO(r.out << r.err << out << err);
   CHECK(r.out.find("exit 0") != std::string::npos);
   const long long ack = number_after(r.out, "ack_ms");
   CHECK(ack >= 0);
-  CHECK(ack < 700);  // from the handler, not at the end of the step (steps take over a second)
+  CHECK(ack < 10000);
+  // From the handler, in the middle of the step the signal interrupted (which takes over a second),
+  // not after it: no step ended between the signal and the acknowledgement. (Relative to the step,
+  // so that a loaded machine, which slows both, does not make it flaky.)
+  CHECK(number_after(r.out, "steps_between") == 0);
   const long long named = number_after(err, "stop requested \\(SIGINT\\): finishing step");
   REQUIRE(named > 0);
   CHECK(err.find("stop requested (SIGINT): finishing step " + std::to_string(named) +
@@ -172,7 +179,7 @@ TEST_CASE("stop: a second Ctrl-C stops at once without a checkpoint and removes 
   CHECK_FALSE(std::filesystem::exists(d + "/ck/.claim.json"));  // a stale claim was left before
 }
 
-TEST_CASE("memory: a run that cannot fit is refused before it starts; a failed allocation says out of memory",
+TEST_CASE("memory: a run that cannot fit is refused before it starts - a failed allocation says out of memory",
           "[stop][memory]") {
   // ulimit -v makes the limit the same on every machine: 6 GiB of address space, of which libtorch
   // maps part; the wide model below needs tens of GiB (fp32 weights, gradients and Adam moments).
@@ -228,7 +235,7 @@ TEST_CASE("recipe: data.paths without data.source means token files", "[stop][re
   CHECK(explicit_source.err.find("data.paths is set but data.source is \"synthetic\"") != std::string::npos);
 }
 
-TEST_CASE("recipe: a FIFO in place of the recipe is refused at once, not waited on", "[stop][recipe]") {
+TEST_CASE("recipe: a FIFO in place of the recipe is refused at once - not waited on", "[stop][recipe]") {
   TempDir dir;
   const std::string fifo = dir.path() + "/recipe.json";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -260,7 +267,7 @@ TEST_CASE("rendezvous: node 0 given a MASTER_PORT that is taken says so (exit 2)
                    "use; choose a free port for MASTER_PORT") != std::string::npos);
 }
 
-TEST_CASE("rendezvous: a MASTER_PORT where something else listens fails once at the timeout, and a signal still stops "
+TEST_CASE("rendezvous: a MASTER_PORT where something else listens fails once at the timeout - and a signal still stops "
           "it", "[stop]") {
   // A socket that listens and never answers: connections complete in its backlog, no store replies.
   const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -313,7 +320,7 @@ TEST_CASE("run: a profiling.dir that cannot be made is refused before the first 
   CHECK(r.out.find("step 1/") == std::string::npos);
 }
 
-TEST_CASE("run: a FIFO as logging.metrics_file is refused, not waited on", "[stop][recipe]") {
+TEST_CASE("run: a FIFO as logging.metrics_file is refused - not waited on", "[stop][recipe]") {
   TempDir dir;
   const std::string fifo = dir.path() + "/metrics";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -326,7 +333,7 @@ TEST_CASE("run: a FIFO as logging.metrics_file is refused, not waited on", "[sto
   CHECK(r.err.find("error: " + fifo + ": is a FIFO, not a metrics file") != std::string::npos);
 }
 
-TEST_CASE("stop: SIGHUP, an abort or a crash still removes the checkpoint directory's claim", "[stop]") {
+TEST_CASE("stop: SIGHUP - an abort or a crash still removes the checkpoint directory's claim", "[stop]") {
   TempDir dir;
   const std::string d = dir.path();
   for (const auto& [signal, status] : std::vector<std::pair<std::string, int>>{{"HUP", 129}, {"ABRT", 134}, {"SEGV", 139}}) {
