@@ -81,6 +81,12 @@ std::string try_connect(const std::string& host, int port, std::chrono::millisec
 
 double seconds(std::chrono::milliseconds duration) { return double(duration.count()) / 1000; }
 
+// What a rank says when a stop signal ends its wait.
+Interrupted stopped_while(const LaunchEnvironment& env, int signal, const std::string& state) {
+  return Interrupted(signal, fmt::format("rank {}: stopped by {} while {}; nothing was started", env.rank,
+                                         signal_name(signal), state));
+}
+
 class Wait {
  public:
   Wait(const LaunchEnvironment& env, std::chrono::milliseconds timeout)
@@ -100,9 +106,7 @@ class Wait {
   // Throws Interrupted on a stop signal; every few seconds the first rank of a node says `state()`.
   template <class State>
   void check(const State& state) {
-    if (const int signal = StopSignal::signal_number())
-      throw Interrupted(signal, fmt::format("rank {}: stopped by {} while {}; nothing was started", env_.rank,
-                                            signal_name(signal), state()));
+    if (const int signal = StopSignal::signal_number()) throw stopped_while(env_, signal, state());
     if (Clock::now() < next_report_) return;
     next_report_ = Clock::now() + kReportEvery;
     if (env_.local_rank == 0) {
@@ -246,9 +250,7 @@ c10::intrusive_ptr<c10d::Store> connect_rendezvous(const LaunchEnvironment& env,
   } catch (const RendezvousFailed&) {
     throw;
   } catch (const std::exception& e) {
-    if (const int signal = StopSignal::signal_number())
-      throw Interrupted(signal, fmt::format("rank {}: stopped by {} while {}; nothing was started", env.rank,
-                                            signal_name(signal), state()));
+    if (const int signal = StopSignal::signal_number()) throw stopped_while(env, signal, state());
     throw fail(fmt::format("the store failed ({}) with {}", first_line(e), present()));
   }
   return store;

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <utility>
 
 #include "process.h"
 
@@ -25,17 +26,25 @@ namespace {
 
 const std::string kTiny = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-llama.json";
 
-// A TCP port on 127.0.0.1 that nobody listens on (the kernel's choice, released again).
-int unused_port() {
+// A TCP socket bound to a port of 127.0.0.1 that the kernel chose, listening when `backlog` > 0:
+// the socket and its port.
+std::pair<int, std::string> loopback_socket(int backlog) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof(address);
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  if (backlog > 0) REQUIRE(::listen(fd, backlog) == 0);
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  return {fd, std::to_string(ntohs(address.sin_port))};
+}
+
+// A TCP port on 127.0.0.1 that nobody listens on (the kernel's choice, released again).
+std::string unused_port() {
+  const auto [fd, port] = loopback_socket(0);
   ::close(fd);
-  return ntohs(address.sin_port);
+  return port;
 }
 
 ProcessResult bash(const std::string& script, double timeout = 120) {
@@ -66,7 +75,7 @@ std::string wait_for(const std::string& file, const std::string& pattern, int se
 }  // namespace
 
 TEST_CASE("rendezvous: a node waiting for node 0 says so and gives up once after collective_timeout_s", "[stop]") {
-  const std::string port = std::to_string(unused_port());
+  const std::string port = unused_port();
   const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "1", "--set",
                               "parallel.collective_timeout_s=3"},
                              60, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"});
@@ -86,7 +95,7 @@ TEST_CASE("rendezvous: a node waiting for node 0 says so and gives up once after
 
 TEST_CASE("rendezvous: SIGTERM or SIGINT while waiting stops at once with 143 or 130", "[stop]") {
   TempDir dir;
-  const std::string d = dir.path(), port = std::to_string(unused_port());
+  const std::string d = dir.path(), port = unused_port();
   for (const std::string signal : {"TERM", "INT"}) {
     INFO("SIG" << signal);
     // As in the issue: `timeout` sends SIGTERM to the launcher, which passes it on to its worker.
@@ -110,7 +119,7 @@ TEST_CASE("rendezvous: SIGTERM or SIGINT while waiting stops at once with 143 or
 
 TEST_CASE("rendezvous: node 0's launcher counts who came - passes a signal to its workers and reaps them", "[stop]") {
   TempDir dir;
-  const std::string d = dir.path(), port = std::to_string(unused_port());
+  const std::string d = dir.path(), port = unused_port();
   const auto r = bash("export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + "\n" + trainer_binary() + " run " + kTiny +
                       " --nproc-per-node 2 --nnodes 2 --node-rank 0 --set parallel.collective_timeout_s=120"
                       " --set checkpoint.dir=" + d + "/ck > " + d + "/out 2> " + d + "/err & P=$!\n" +
@@ -249,15 +258,7 @@ TEST_CASE("recipe: a FIFO in place of the recipe is refused at once - not waited
 }
 
 TEST_CASE("rendezvous: node 0 given a MASTER_PORT that is taken says so (exit 2)", "[stop]") {
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  REQUIRE(::listen(holder, 1) == 0);
-  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  const auto [holder, port] = loopback_socket(1);
   const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "0"}, 30,
                              {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"});
   ::close(holder);
@@ -270,15 +271,7 @@ TEST_CASE("rendezvous: node 0 given a MASTER_PORT that is taken says so (exit 2)
 TEST_CASE("rendezvous: a MASTER_PORT where something else listens fails once at the timeout - and a signal still stops "
           "it", "[stop]") {
   // A socket that listens and never answers: connections complete in its backlog, no store replies.
-  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  REQUIRE(::listen(silent, 64) == 0);
-  REQUIRE(::getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  const auto [silent, port] = loopback_socket(64);
   const std::vector<std::string> env = {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "OMP_NUM_THREADS=1"};
   const auto r = run_process({trainer_binary(), "run", kTiny, "--nnodes", "2", "--node-rank", "1", "--set",
                               "parallel.collective_timeout_s=3"},
