@@ -227,7 +227,7 @@ TEST_CASE("claim: a killed holder that its parent has not reaped yet (a zombie) 
   CHECK(second.find("has exited (a zombie its parent has not reaped yet)") != std::string::npos);
 }
 
-TEST_CASE("claim: a live holder whose command name holds spaces, ')' and a newline is seen as alive",
+TEST_CASE("claim: a live holder whose command name holds spaces - ')' and a newline - is seen as alive",
           "[checkpoint][claim]") {
   TempDir dir;
   const std::string d = dir.path(), ck = d + "/ck";

@@ -23,7 +23,7 @@ TEST_CASE("device memory: a cgroup v2 limit counts the page cache as room", "[ru
   CHECK(trainer::runtime::cgroup_memory_room(root.path()) == Approx(21.5 * kGiB));  // 24 - (23.5 - 21)
 }
 
-TEST_CASE("device memory: a cgroup v1 limit counts the page cache as room, and no limit is no number",
+TEST_CASE("device memory: a cgroup v1 limit counts the page cache as room - and no limit is no number",
           "[runtime][memory]") {
   TempDir root;
   std::filesystem::create_directories(root.path() + "/memory");
