@@ -1,19 +1,17 @@
 #include "checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 
 #include "checkpoint/manifest_check.h"
+#include "checkpoint/synced_file.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/file_tree.h"
@@ -37,25 +35,11 @@ bool is_step_name(const std::string& name) {
 // Where a step's files are written before the commit renames the directory into place.
 fs::path staging_dir(const std::string& dir, int64_t step) { return fs::path(dir) / (step_name(step) + ".tmp"); }
 
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 void write_text_durably(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", tmp.string()));
-  }
-  fsync_path(tmp);
+  write_text_synced(tmp.string(), text);
   fs::rename(tmp, path);
-  fsync_path(path.parent_path());
+  fsync_path(path.parent_path().string());
 }
 
 // Committed step directories, oldest first.
@@ -232,7 +216,7 @@ std::string commit_checkpoint(const std::string& dir, const CheckpointContent& c
   write_text_durably(staging / "manifest.json", manifest.dump(1));
   remove_tree(final_dir.string());  // a committed checkpoint of the same step (re-run after resume)
   fs::rename(staging, final_dir);
-  fsync_path(root);
+  fsync_path(root.string());
   write_text_durably(root / "latest", step_name(content.step) + "\n");
   return final_dir.string();
 }

@@ -1,16 +1,14 @@
 #include "checkpoint/hf_export.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "checkpoint/manifest_check.h"
+#include "checkpoint/synced_file.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/regular_file.h"
@@ -76,14 +74,6 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, const std::string& d
 
 namespace {
 
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 // Where a file of the export is written before it replaces the old one: in the same directory,
 // so that the rename is atomic and a reader sees the old file or the new one, never a part.
 fs::path temporary_for(const fs::path& path) { return path.string() + ".tmp"; }
@@ -92,16 +82,6 @@ void replace_with(const fs::path& temporary, const fs::path& path) {
   std::error_code ec;
   fs::rename(temporary, path, ec);
   if (ec) throw std::runtime_error(fmt::format("{}: cannot rename {} to it: {}", path.string(), temporary.string(), ec.message()));
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write", path.string()));
-  }
-  fsync_path(path);
 }
 
 // The files of an export, written under temporary names and renamed into place together only once
@@ -176,7 +156,7 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
   create_output_dir(out_dir);
   const fs::path out(out_dir);
   StagedFiles staged(out);
-  write_text(staged.stage("config.json"), config);
+  write_text_synced(staged.stage("config.json").string(), config);
   // A weights file of an earlier export in the other layout is removed: readers would take it.
   std::string stale = "model.safetensors.index.json";
   if (files.size() == 1) {
@@ -194,12 +174,12 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
       }
     }
     index["metadata"]["total_size"] = total;
-    write_text(staged.stage("model.safetensors.index.json"), index.dump(2) + "\n");
+    write_text_synced(staged.stage("model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
   staged.rename_into_place();
   std::error_code ignored;
   fs::remove(out / stale, ignored);
-  fsync_path(out);
+  fsync_path(out.string());
   return int(files.size());
 }
 

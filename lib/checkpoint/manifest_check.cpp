@@ -337,6 +337,13 @@ recipe::Recipe manifest_recipe(const json& m, const std::string& source) {
                                   : ""));
 }
 
+std::string parameter_of_optimizer_state(const std::string& name) {
+  const std::string optimizer = "optimizer.";
+  if (name.rfind(optimizer, 0) != 0) return "";
+  const size_t kind_end = name.find('.', optimizer.size());
+  return kind_end == std::string::npos ? "" : name.substr(kind_end + 1);
+}
+
 std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype) {
   std::vector<std::string> out = {"optimizer.exp_avg." + name, "optimizer.exp_avg_sq." + name, "optimizer.step." + name};
   if (dtype != c10::kFloat) out.push_back("optimizer.master." + name);
@@ -346,12 +353,10 @@ std::vector<std::string> required_optimizer_state(const std::string& name, c10::
 std::vector<std::string> missing_training_state(const json& m) {
   std::set<std::string> missing;
   const json& tensors = m.at("tensors");
-  const std::string optimizer = "optimizer.";
   for (const auto& [name, record] : tensors.items()) {
-    if (name.rfind(optimizer, 0) == 0) {  // "optimizer.<kind>.<parameter>"
-      const size_t kind_end = name.find('.', optimizer.size());
-      if (kind_end != std::string::npos && !tensors.contains(name.substr(kind_end + 1)))
-        missing.insert(name.substr(kind_end + 1));
+    if (name.rfind("optimizer.", 0) == 0) {
+      const std::string parameter = parameter_of_optimizer_state(name);
+      if (!parameter.empty() && !tensors.contains(parameter)) missing.insert(parameter);
       continue;
     }
     if (name.rfind("model.", 0) != 0 && name != "lm_head.weight") continue;

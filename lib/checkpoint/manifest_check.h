@@ -55,6 +55,9 @@ recipe::Recipe manifest_recipe(const nlohmann::json& manifest, const std::string
 // The dtype a manifest names (c10's names: "Float", "BFloat16", ...), or nothing.
 std::optional<c10::ScalarType> manifest_dtype(const std::string& name);
 
+// "optimizer.<kind>.<parameter>" -> "<parameter>"; "" for a name that is not optimizer state.
+std::string parameter_of_optimizer_state(const std::string& name);
+
 // The optimizer state a checkpoint holds for every parameter `name` (a tensor "model.*" or
 // "lm_head.weight") of dtype `dtype`: AdamW's two moments and step count, and the fp32 master
 // weights unless the parameter is itself fp32 (then it is its own master).

@@ -1,4 +1,5 @@
 #include "train/optimizer_driver.h"
+#include "checkpoint/manifest_check.h"
 #include "core/plural.h"
 #include "metrics/trace_scope.h"
 #include "parallel/data/replicas.h"
@@ -150,21 +151,12 @@ void OptimizerDriver::refresh_master_weights() {
 
 int64_t OptimizerDriver::steps_taken() const { return zero1_ ? zero1_->steps_taken() : adamw_->steps_taken(); }
 
-namespace {
-
-// "optimizer.<kind>.<parameter>" -> "<parameter>" (the names optim::AdamW::state() gives).
-std::string parameter_of_state(const std::string& state_name) {
-  return state_name.substr(state_name.find('.', std::string("optimizer.").size()) + 1);
-}
-
-}  // namespace
-
 std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() const {
   if (zero1_) return zero1_->checkpoint_records();
   std::vector<checkpoint::TensorRecord> out;
   for (const auto& s : adamw_->state()) {
     // The state has the parameter's slice's shape (steps: a scalar).
-    const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
+    const model::Parameter* p = model_.parameters().find(checkpoint::parameter_of_optimizer_state(s.name));
     if (p && s.tensor.dim() > 0 && p->real_numel() == 0) continue;  // padding rows only
     auto record = s.tensor.dim() == 0 || !p
                       ? checkpoint::TensorRecord::whole(s.name, s.tensor)
@@ -188,7 +180,7 @@ void OptimizerDriver::load_state(const parallel::StateReader& read, int64_t step
     return;
   }
   for (const auto& s : adamw_->state()) {
-    const model::Parameter* p = model_.parameters().find(parameter_of_state(s.name));
+    const model::Parameter* p = model_.parameters().find(checkpoint::parameter_of_optimizer_state(s.name));
     const bool sliced = s.tensor.dim() > 0 && p;
     if (sliced && p->real_numel() == 0) continue;  // padding rows only: zeros, and they stay zero
     const at::Tensor target = sliced ? p->real_part(s.tensor) : s.tensor;

@@ -185,10 +185,9 @@ parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint&
   return [&loaded](const std::string& name, const std::vector<int64_t>& offsets,
                    const std::vector<int64_t>& shape) -> std::optional<at::Tensor> {
     if (loaded.contains(name)) return loaded.read(name, offsets, shape);
-    // "optimizer.<kind>.<parameter>": what trainer writes for that parameter decides whether the
-    // state may be missing (only the master weights of a parameter stored in fp32: it is its own).
-    const size_t kind_end = name.find('.', std::string("optimizer.").size());
-    const std::string parameter = kind_end == std::string::npos ? "" : name.substr(kind_end + 1);
+    // What trainer writes for the state's parameter decides whether the state may be missing (only
+    // the master weights of a parameter stored in fp32: it is its own).
+    const std::string parameter = checkpoint::parameter_of_optimizer_state(name);
     if (loaded.contains(parameter)) {
       const auto dtype = checkpoint::manifest_dtype(loaded.manifest().at("tensors").at(parameter).at("dtype").get<std::string>());
       const auto required = checkpoint::required_optimizer_state(parameter, *dtype);
