@@ -20,6 +20,7 @@
 #include "recipe/runtime_support.h"
 #include "parallel/gpu_support.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_assignment.h"
 #include "runtime/launch_env.h"
 #include "runtime/local_launcher.h"
 #include "runtime/rendezvous.h"
@@ -51,6 +52,18 @@ void check_supported(const recipe::LoadedRecipe& loaded, bool on_gpu) {
   if (!problems.empty()) throw RecipeError(loaded.source, problems);
 }
 
+// This worker's device and backend (parallel.backend, --cpu, the node's GPUs); a layout that cannot
+// work is a recipe error.
+runtime::DeviceAssignment assign_device(const recipe::LoadedRecipe& loaded, const RunOptions& options,
+                                        int64_t local_rank, int64_t local_world_size) {
+  try {
+    return runtime::assign_device({loaded.recipe.parallel.backend, options.cpu, local_rank, local_world_size,
+                                   at::hasCUDA() ? int(at::getNumGPUs()) : 0});
+  } catch (const UserError& e) {
+    throw RecipeError(loaded.source, {e.what()});
+  }
+}
+
 // While it lives, a stop that kills the process (a second Ctrl-C, SIGHUP, abort) removes the claim
 // file first, if it is still this job's (not one that --force gave to another job); the claim's own
 // destructor removes it on every other way out.
@@ -71,13 +84,14 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   load.overrides = options.overrides;
   load.world_size = env.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-  const bool on_gpu = !options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs());
+  const runtime::DeviceAssignment device = assign_device(loaded, options, env.local_rank, env.local_world_size);
+  const bool on_gpu = device.on_gpu;
   check_supported(loaded, on_gpu);
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
   const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
   at::set_num_threads(threads.threads);
   // Every rank checks before the rendezvous, so no rank has allocated its model yet.
-  const MemoryFit memory = measure_memory_fit(loaded, on_gpu, env.local_rank, env.local_world_size, threads.threads);
+  const MemoryFit memory = measure_memory_fit(loaded, device, env.local_world_size, threads.threads);
   if (!options.no_memory_check) check_memory_fit(loaded, memory);
   // One job per checkpoint directory, settled before any process group is made.
   std::unique_ptr<checkpoint::DirClaim> claim;
@@ -105,17 +119,17 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
     context->global_rank = env.rank;
     context->timeout = std::chrono::milliseconds(int64_t(loaded.recipe.parallel.collective_timeout_s * 1000));
     mesh::Backend backend;
-    if (!options.cpu && at::hasCUDA() && env.local_rank < int64_t(at::getNumGPUs())) {
+    if (device.nccl) {
       backend.kind = mesh::Backend::Kind::Nccl;  // one GPU per local rank
-      backend.device_index = int(env.local_rank);
+      backend.device_index = device.device_index;
     } else {
       backend.interface_address = env.local_world_size == env.world_size ? "127.0.0.1" : "";
+      backend.stage_cuda_tensors = device.on_gpu;
     }
     groups = std::make_unique<mesh::ProcessGroups>(mesh::RankLayout(*loaded.mesh), env.rank, store, context, backend);
   }
   train::TrainOptions train_options;
-  train_options.force_cpu = options.cpu;
-  train_options.local_rank = env.local_rank;
+  train_options.gpu = device.device_index;
   train_options.claim = claim.get();
   train::TrainSummary summary;
   try {
@@ -164,11 +178,12 @@ int run_training(const RunOptions& options) {
     load.overrides = options.overrides;
     load.world_size = int64_t(options.nproc_per_node) * options.nnodes;  // no int overflow
     const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
-    check_supported(loaded, !options.cpu && at::hasCUDA());
+    const runtime::DeviceAssignment device = assign_device(loaded, options, 0, options.nproc_per_node);
+    check_supported(loaded, device.on_gpu);
     // On the CPU the workers share this host's memory: refuse before starting any. (GPUs are checked
     // by each worker, on its own device.)
-    if ((options.cpu || !at::hasCUDA()) && !options.no_memory_check)
-      check_memory_fit(loaded, measure_memory_fit(loaded, false, 0, options.nproc_per_node,
+    if (!device.on_gpu && !options.no_memory_check)
+      check_memory_fit(loaded, measure_memory_fit(loaded, device, options.nproc_per_node,
                                                   runtime::choose_cpu_threads(options.nproc_per_node).threads));
     if (loaded.recipe.checkpoint.dir && !options.force)
       checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});

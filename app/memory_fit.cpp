@@ -28,10 +28,12 @@ std::string memory_fixes(const std::string& recipe_path) {
 
 }  // namespace
 
-MemoryFit measure_memory_fit(const recipe::LoadedRecipe& loaded, bool on_gpu, int64_t local_rank,
+MemoryFit measure_memory_fit(const recipe::LoadedRecipe& loaded, const runtime::DeviceAssignment& device,
                              int64_t local_ranks, int cpu_threads) {
   MemoryFit fit;
-  fit.available = on_gpu ? runtime::available_gpu_memory(int(local_rank)) : runtime::available_cpu_memory(local_ranks);
+  const bool on_gpu = device.on_gpu;
+  fit.available = on_gpu ? runtime::available_gpu_memory(device.device_index, device.ranks_per_gpu)
+                         : runtime::available_cpu_memory(local_ranks);
   std::optional<estimate::HardwareProfile> profile;
   if (on_gpu)
     if (const auto gpu = metrics::gpu_peak_for_device_name(fit.available.gpu_name))

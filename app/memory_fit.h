@@ -7,6 +7,7 @@
 #include <string>
 
 #include "recipe/load.h"
+#include "runtime/device_assignment.h"
 #include "runtime/device_memory.h"
 
 namespace trainer::app {
@@ -17,10 +18,11 @@ struct MemoryFit {
   runtime::AvailableMemory available;
 };
 
-// The estimator's per-rank peak against what this rank has: the GPU `local_rank`'s free memory, or
-// on the CPU MemAvailable shared by `local_ranks` (and the cgroup's limit, ulimit -v).
-MemoryFit measure_memory_fit(const recipe::LoadedRecipe& loaded, bool on_gpu, int64_t local_rank, int64_t local_ranks,
-                             int cpu_threads);
+// The estimator's per-rank peak against what this rank has: its GPU's free memory (shared by the
+// ranks on that GPU), or on the CPU MemAvailable shared by `local_ranks` (and the cgroup's limit,
+// ulimit -v).
+MemoryFit measure_memory_fit(const recipe::LoadedRecipe& loaded, const runtime::DeviceAssignment& device,
+                             int64_t local_ranks, int cpu_threads);
 // Throws UserError (with the numbers, the fixes and --no-memory-check) when the peak exceeds what
 // this rank has; nothing when the available memory is unknown.
 void check_memory_fit(const recipe::LoadedRecipe& loaded, const MemoryFit& fit);

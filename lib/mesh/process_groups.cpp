@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "comm/gloo_communicator.h"
+#include "comm/host_staging_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/recording_communicator.h"
 
@@ -22,9 +23,9 @@ std::unique_ptr<comm::Communicator> make_group(const c10::intrusive_ptr<c10d::St
   if (backend.kind == Backend::Kind::Nccl)
     return comm::record_collectives(
         comm::make_nccl_communicator(store, prefix, name, ranks, global_rank, context, backend.device_index), recorder);
-  return comm::record_collectives(
-      comm::make_gloo_communicator(store, prefix, name, ranks, global_rank, context, backend.interface_address),
-      recorder);
+  auto gloo = comm::make_gloo_communicator(store, prefix, name, ranks, global_rank, context, backend.interface_address);
+  if (backend.stage_cuda_tensors) gloo = comm::stage_through_host(std::move(gloo));
+  return comm::record_collectives(std::move(gloo), recorder);
 }
 
 // The recorder's own store client, with a short timeout: a frozen store host cannot hang a report.

@@ -16,11 +16,13 @@ class Store;
 
 namespace trainer::mesh {
 
-// Which library carries the collectives: Gloo on the CPU, NCCL on a GPU.
+// Which library carries the collectives: Gloo on the CPU (or, staging CUDA tensors through host
+// memory, for ranks sharing GPUs), NCCL on a GPU per rank.
 struct Backend {
   enum class Kind { Gloo, Nccl } kind = Kind::Gloo;
   std::string interface_address;  // Gloo: "127.0.0.1" on one node, "" for the host's default interface
   int device_index = 0;           // NCCL: this rank's GPU
+  bool stage_cuda_tensors = false;  // Gloo with CUDA tensors: copied through pinned host buffers
 };
 
 class ProcessGroups {

@@ -8,8 +8,9 @@ namespace trainer::parallel {
 
 std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const recipe::MeshShape& mesh) {
   std::vector<std::string> problems;
-  // NCCL matches point-to-point messages by posting order alone (the executor's tags serve Gloo).
-  if (mesh.pp > 1) {
+  // NCCL matches point-to-point messages by posting order alone (the executor's tags serve Gloo,
+  // which parallel.backend "gloo" uses on GPUs too).
+  if (mesh.pp > 1 && r.parallel.backend != "gloo") {
     const ScheduleSpec spec{parse_schedule_kind(r.parallel.pipeline_schedule), mesh.pp, mesh.vpp, mesh.grad_accum_steps};
     if (!in_order_per_stage_pair(spec))
       problems.push_back(fmt::format(
@@ -19,12 +20,19 @@ std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const rec
           r.parallel.pipeline_schedule, mesh.pp, mesh.grad_accum_steps));
   }
   // Ring attention's blocks call ATen's CUDA flash kernel on GPUs (parallel/context/attention_block.cpp),
-  // but no GPU has run that path yet (unit_parallel's "[cuda]" case checks it on one): refused
-  // until it has, rather than trusted. Ulysses runs SDPA, on any device.
-  if (mesh.cp > 1 && r.parallel.cp_method == "ring")
-    problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" runs on the CPU only in this build (its GPU "
-                                   "path has not been checked on a GPU yet); on GPUs use parallel.cp_method=\"ulysses\"",
-                                   mesh.cp));
+  // which takes 16-bit inputs with a head size that is a multiple of 8, at most 256.
+  if (mesh.cp > 1 && r.parallel.cp_method == "ring") {
+    if (r.training.dtype != "bf16")
+      problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" on GPUs runs the flash attention "
+                                     "kernel, which takes bf16, but training.dtype is \"{}\"; use training.dtype="
+                                     "\"bf16\" or parallel.cp_method=\"ulysses\"",
+                                     mesh.cp, r.training.dtype));
+    if (r.model.head_dim % 8 != 0 || r.model.head_dim > 256)
+      problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" on GPUs runs the flash attention "
+                                     "kernel, which takes a head size that is a multiple of 8 up to 256, but "
+                                     "model.head_dim is {}; use parallel.cp_method=\"ulysses\"",
+                                     mesh.cp, r.model.head_dim));
+  }
   return problems;
 }
 

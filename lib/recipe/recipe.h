@@ -95,6 +95,8 @@ struct ParallelConfig {
   bool overlap_param_gather = true;
   std::string grad_reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 or bf16
   double collective_timeout_s = 600.0;
+  // "auto" (NCCL on GPUs, Gloo on the CPU), "nccl", or "gloo" (host memory; ranks may share a GPU).
+  std::string backend = "auto";
 };
 
 // The fused GPU kernels training.fused_kernels can name (model/fused_kernels.h).

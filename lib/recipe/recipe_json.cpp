@@ -142,6 +142,7 @@ Recipe recipe_from_json(const json& d, std::vector<std::string>& problems) {
   p.overlap_param_gather = get<bool>(d, "parallel.overlap_param_gather");
   p.grad_reduce_dtype = get<std::string>(d, "parallel.grad_reduce_dtype");
   p.collective_timeout_s = get<double>(d, "parallel.collective_timeout_s");
+  p.backend = get<std::string>(d, "parallel.backend");
 
   auto& t = r.training;
   t.seq_len = get_int(d, "training.seq_len");
@@ -256,7 +257,7 @@ json recipe_to_json(const Recipe& r) {
         {"pipeline_layout", p.pipeline_layout.empty() ? json(nullptr) : json(p.pipeline_layout)},
         {"cp_method", p.cp_method}, {"grad_bucket_mb", p.grad_bucket_mb},
         {"overlap_grad_reduce", p.overlap_grad_reduce}, {"zero_accumulate_unsharded", optional_json(p.zero_accumulate_unsharded)}, {"zero3_reshard_after_forward", optional_json(p.zero3_reshard_after_forward)}, {"dp_shard", p.dp_shard}, {"overlap_param_gather", p.overlap_param_gather}, {"grad_reduce_dtype", p.grad_reduce_dtype},
-        {"collective_timeout_s", p.collective_timeout_s}}},
+        {"collective_timeout_s", p.collective_timeout_s}, {"backend", p.backend}}},
       {"training",
        {{"seq_len", t.seq_len}, {"micro_batch_size", t.micro_batch_size},
         {"global_batch_size", optional_json(t.global_batch_size)}, {"steps", t.steps}, {"seed", t.seed},

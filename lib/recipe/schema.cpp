@@ -192,6 +192,10 @@ std::vector<KeySpec> build_schema() {
   s.push_back(positive(key("parallel.collective_timeout_s", K::Number, 600.0,
                            "A collective (or the rendezvous) that takes longer fails the job, naming the operation, "
                            "the group and the step.")));
+  s.push_back(one_of(key("parallel.backend", K::String, "auto",
+                         "Communication between ranks on GPUs: nccl (one GPU per rank), gloo (through host memory; "
+                         "several ranks may share a GPU: for testing, slow), or auto (nccl on GPUs, gloo on the CPU)."),
+                     {"auto", "nccl", "gloo"}));
   s.push_back(one_of(key("parallel.cp_method", K::String, "ring",
                          "Context parallelism: ring attention (K/V passed around) or Ulysses (all-to-all of heads)."),
                      {"ring", "ulysses"}));

@@ -99,7 +99,7 @@ AvailableMemory available_cpu_memory(int64_t local_ranks) {
   return out;
 }
 
-AvailableMemory available_gpu_memory(int device_index) {
+AvailableMemory available_gpu_memory(int device_index, int64_t sharing_ranks) {
   c10::cuda::CUDAGuard guard(c10::DeviceIndex{static_cast<c10::DeviceIndex>(device_index)});
   size_t free = 0, total = 0;
   AvailableMemory out;
@@ -109,8 +109,10 @@ AvailableMemory available_gpu_memory(int device_index) {
     (void)cudaGetLastError();
     return out;
   }
-  out.bytes = double(free);
-  out.source = fmt::format("free memory of {}: {} of {}", out.device, gib(double(free)), gib(double(total)));
+  const int64_t ranks = std::max<int64_t>(1, sharing_ranks);
+  out.bytes = double(free) / double(ranks);
+  out.source = fmt::format("free memory of {}: {} of {}{}", out.device, gib(double(free)), gib(double(total)),
+                           ranks > 1 ? fmt::format(" / {} ranks sharing it", ranks) : "");
   return out;
 }
 

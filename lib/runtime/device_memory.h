@@ -16,8 +16,9 @@ struct AvailableMemory {
 
 // The CPU: `local_ranks` ranks share the host's memory.
 AvailableMemory available_cpu_memory(int64_t local_ranks);
-// The GPU `device_index` (free memory as the driver reports it; creates the CUDA context).
-AvailableMemory available_gpu_memory(int device_index);
+// The GPU `device_index` (free memory as the driver reports it, split evenly between
+// `sharing_ranks` ranks on it; creates the CUDA context).
+AvailableMemory available_gpu_memory(int device_index, int64_t sharing_ranks = 1);
 
 // The room left under the memory limit of the cgroup file system at `root` (v2's memory.max, or
 // v1's memory/memory.limit_in_bytes), counting the page cache (active and inactive file pages) as

@@ -34,13 +34,12 @@ namespace trainer::train {
 namespace {
 
 c10::Device training_device(const TrainOptions& options) {
-  const bool on_gpu = !options.force_cpu && at::hasCUDA() && options.local_rank < int64_t(at::getNumGPUs());
-  if (!on_gpu) {
+  if (options.gpu < 0) {
     metrics::CpuMemoryTracker::install();
     return c10::Device(c10::DeviceType::CPU);
   }
-  c10::cuda::set_device(c10::DeviceIndex(options.local_rank));
-  return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.local_rank));
+  c10::cuda::set_device(c10::DeviceIndex(options.gpu));
+  return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.gpu));
 }
 
 model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshShape& mesh, c10::Device device,

@@ -29,8 +29,7 @@ struct TrainSummary {
 
 struct TrainOptions {
   FILE* log = stdout;   // where rank 0's lines go
-  bool force_cpu = false;
-  int64_t local_rank = 0;  // picks the GPU
+  int gpu = -1;  // the CUDA device to train on (runtime::assign_device); -1: the CPU
   const checkpoint::DirClaim* claim = nullptr;  // rank 0's claim on checkpoint.dir: training stops if it is lost
 };
 

@@ -184,6 +184,12 @@ TEST_CASE("command-line mistakes get messages a user can act on", "[cli]") {
   r = run_trainer({"run", kTiny, "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--node-rank 2 is not a node of --nnodes 2; use 0 to 1") != std::string::npos);
+  // NCCL without a GPU (every worker refuses before the rendezvous; a worker's refusal ends the job).
+  r = run_trainer({"run", kTiny, "--cpu", "--set", "parallel.backend=nccl", "--set", "training.steps=1"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("parallel.backend=\"nccl\" needs a GPU for every rank, but --cpu was given; use "
+                   "parallel.backend=\"auto\" or \"gloo\"") != std::string::npos);
+  CHECK(r.err.find("tiny-llama.json") != std::string::npos);
 }
 
 TEST_CASE("a rendezvous timeout is one line naming the address - the ranks that joined and the timeout", "[cli]") {

@@ -47,7 +47,7 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       const int64_t a = std::max(begin, lo), z = std::min(end, hi);
       if (a >= z) continue;
       fragments_.push_back({b, bucket.params[i], a - begin, a - lo, z - a});
-      steps_.push_back(at::zeros({}, at::kFloat));
+      steps_.push_back(at::zeros({}, master.options()));  // beside the shard: the fused CUDA kernel reads it there
     }
   }
   if (zero3) unit_gathers_ = std::make_unique<UnitGathers>(buckets, params, *zero3);

@@ -4,11 +4,18 @@
 // rounding; bf16: within bf16's). The CUDA cases need a GPU (the device machine runs them); the
 // CPU case checks that the kernels' choice never changes a CPU run.
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <functional>
+
+#include "cross_entropy.h"
 #include "model/fused_kernels.h"
 #include "model/fused_ops.h"
 #include "model/linear_cross_entropy.h"
+#include "model/loss_chunks.h"
 #include "model/rotary.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
@@ -179,7 +186,9 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - ignored
     WARN("no CUDA device: fused cross-entropy not checked");
     return;
   }
-  const int64_t n = 45, hidden = 24, local = 300, vocab_end = 283;  // 17 padding rows
+  // 17 padding rows; forward rows of 283 columns (the scalar statistics kernel), backward slices of
+  // 24 columns (packed) and a last one of 19 (scalar).
+  const int64_t n = 45, hidden = 24, local = 300, vocab_end = 283;
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     INFO("dtype " << dtype);
     std::vector<at::Tensor> losses, grad_h, grad_w;
@@ -207,6 +216,180 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - ignored
     CHECK(max_relative_error(losses[1], losses[0]) < (dtype == at::kFloat ? 1e-6 : 1e-4));
     CHECK(max_relative_error(grad_h[1], grad_h[0]) < tol);
     CHECK(max_relative_error(grad_w[1], grad_w[0]) < tol);
+  }
+}
+
+namespace {
+
+// One layout of logits for the cross-entropy kernels: [rows, cols] at element `offset` of a
+// buffer, row stride ld. Rows of whole 16-byte packs (pointer 16-byte aligned, cols and ld
+// multiples of 8 bf16 / 4 fp32) take the packed kernels, any other row the scalar ones.
+struct LogitLayout {
+  int64_t rows, cols, ld, offset;
+};
+
+const LogitLayout kLogitLayouts[] = {
+    {37, 2048, 2048, 0},      // packed: a backward slice's width, odd rows
+    {37, 6000, 6000, 0},      // packed: 750 bf16 packs, not a multiple of the block; a short last step
+    {3, 128256, 128256, 0},   // packed: Llama 3's vocabulary, 1024 threads a row
+    {5, 24, 24, 0},           // packed: 3 bf16 packs, most threads idle
+    {21, 2048, 2056, 8},      // packed: a strided view at an aligned offset
+    {21, 1004, 1004, 0},      // fp32 packed (251 packs of 4), bf16 scalar (not a multiple of 8)
+    {21, 1001, 1001, 0},      // scalar: odd width
+    {21, 2048, 2049, 0},      // scalar: odd row stride
+    {21, 2048, 2056, 1},      // scalar: a pointer one element off 16-byte alignment
+};
+
+// Each row's target column: random in [-1, cols) (-1: none here), and the first and last column,
+// a pack's last and the next pack's first lane, where the rows allow.
+at::Tensor logit_columns(const LogitLayout& l) {
+  at::Tensor column = at::randint(-1, l.cols, {l.rows}, at::kLong);
+  const int64_t fixed[] = {0, l.cols - 1, -1, 7, 8};
+  for (int64_t r = 0; r < std::min<int64_t>(l.rows, 5); ++r) column[r] = std::min(fixed[r], l.cols - 1);
+  return column;
+}
+
+}  // namespace
+
+TEST_CASE("cross-entropy kernels on CUDA equal an fp64 reference - packed rows, odd widths, strides and offsets",
+          "[model][fused][cuda][loss]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: cross-entropy kernels not checked");
+    return;
+  }
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+    for (const LogitLayout& l : kLogitLayouts) {
+      INFO("dtype " << dtype << " rows " << l.rows << " cols " << l.cols << " ld " << l.ld << " offset " << l.offset);
+      at::manual_seed(12);
+      const at::Tensor buffer = (at::randn({l.offset + l.rows * l.ld}, on_gpu(at::kFloat)) * 3).to(dtype);
+      const at::Tensor logits = buffer.as_strided({l.rows, l.cols}, {l.ld, 1}, l.offset);
+      const at::Tensor column = logit_columns(l);
+      const at::Tensor x = logits.to(at::kDouble).cpu();
+      const at::Tensor here = column >= 0;
+
+      const model::fused::RowStats stats = model::fused::cross_entropy_row_stats(logits, column.to(logits.device()));
+      const at::Tensor max = std::get<0>(x.max(1));
+      const at::Tensor sum_exp = (x - max.unsqueeze(1)).exp().sum(1);
+      const at::Tensor target = at::where(here, x.gather(1, column.clamp_min(0).unsqueeze(1)).squeeze(1), 0.0);
+      CHECK(at::equal(stats.max.cpu().to(at::kDouble), max));
+      CHECK(at::equal(stats.target_logit.cpu().to(at::kDouble), target));
+      CHECK((stats.sum_exp.cpu().to(at::kDouble) / sum_exp - 1).abs().max().item<double>() < 4e-6);
+
+      // The gradient in place, around each row's maximum (so the probabilities reach 1 and a
+      // misplaced value shows), with one row's coefficient 0 (an ignored row); the buffer outside
+      // the view unchanged.
+      at::Tensor grad_buffer = buffer.clone();
+      at::Tensor grad = grad_buffer.as_strided({l.rows, l.cols}, {l.ld, 1}, l.offset);
+      const at::Tensor lse = max.to(at::kFloat);
+      at::Tensor coef = at::rand({l.rows}, at::kFloat) + 0.5;
+      coef[l.rows / 2] = 0;
+      model::fused::cross_entropy_logit_grad_(grad, lse.to(grad.device()), column.to(grad.device()),
+                                              coef.to(grad.device()));
+      const at::Tensor one_hot =
+          at::zeros_like(x).scatter_(1, column.clamp_min(0).unsqueeze(1), here.to(at::kDouble).unsqueeze(1));
+      const at::Tensor expected =
+          ((x - lse.to(at::kDouble).unsqueeze(1)).exp() - one_hot) * coef.to(at::kDouble).unsqueeze(1);
+      // bf16: one rounding, at most 2^-8 of a value.
+      CHECK(max_relative_error(grad.to(at::kDouble).cpu(), expected) < (dtype == at::kFloat ? 2e-6 : 8e-3));
+      at::Tensor outside = at::ones({l.offset + l.rows * l.ld}, at::kBool);
+      outside.as_strided({l.rows, l.cols}, {l.ld, 1}, l.offset).fill_(false);
+      CHECK(at::equal(grad_buffer.cpu().masked_select(outside), buffer.cpu().masked_select(outside)));
+    }
+}
+
+// The chunked loss through the kernels at the widths training gives them: 2048-column backward
+// slices over hidden 2048, forward rows of the whole local vocabulary; vocab_end 6000 makes every
+// block of logits whole packs, 5999 makes the forward rows and the last slice (1903 columns) odd.
+TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - 2048-column slices, packed and odd widths",
+          "[model][fused][cuda][loss]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused cross-entropy not checked");
+    return;
+  }
+  const int64_t n = 37, hidden = 2048, local = 6016;
+  REQUIRE(model::loss_vocab_slice(local, hidden) == 2048);
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+    for (const int64_t vocab_end : {6000, 5999}) {
+      INFO("dtype " << dtype << " vocab_end " << vocab_end);
+      std::vector<at::Tensor> losses, grad_h, grad_w;
+      for (const bool use : {false, true}) {
+        model::ParameterSet params(model::ParameterOptions{4, 0.5, dtype, c10::Device(at::kCUDA, 0)});
+        model::Parameter& w = params.create("lm_head.weight", {local, hidden}, model::InitKind::Normal);
+        w.main_grad = at::zeros(w.tensor.sizes(), on_gpu(at::kFloat));
+        w.fused_grad_accumulation = use;
+        at::manual_seed(13);
+        // Logits of about unit scale: 0.05 * 0.5 * sqrt(2048).
+        const at::Tensor h = leaf(at::randn({n, hidden}, on_gpu(dtype)) * 0.05);
+        at::Tensor targets = at::randint(0, vocab_end, {n}, on_gpu(at::kLong));
+        targets[5] = -100;
+        targets[6] = vocab_end - 1;
+        const model::FusedKernels kernels =
+            use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"}) : model::FusedKernels{};
+        const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
+                                                                model::loss_chunk_rows(n, local, hidden), kernels);
+        (loss * 0.5).backward();
+        losses.push_back(loss.detach().to(at::kDouble).cpu());
+        grad_h.push_back(h.grad().to(at::kDouble).cpu());
+        grad_w.push_back(w.main_grad.to(at::kDouble).cpu());
+        CHECK(w.main_grad.narrow(0, vocab_end, local - vocab_end).abs().max().item<double>() == 0);
+      }
+      CHECK(max_relative_error(losses[1], losses[0]) < (dtype == at::kFloat ? 1e-6 : 1e-4));
+      CHECK(max_relative_error(grad_h[1], grad_h[0]) < (dtype == at::kFloat ? 1e-5 : 2e-2));
+      CHECK(max_relative_error(grad_w[1], grad_w[0]) < (dtype == at::kFloat ? 1e-5 : 2e-2));
+    }
+}
+
+// Not part of the suite ("[.]"; run it with unit_model "[bench]"): the cross-entropy kernels
+// timed at the Llama 3.2 1B bench's shapes in bf16, each call as the trainer makes it (forward:
+// 131 rows of 128256 columns; backward: 8192 rows of 2048 columns in place), the packed kernels
+// against the scalar ones (the same rows one element off 16-byte alignment).
+TEST_CASE("cross-entropy kernels: time per call at the Llama 3.2 1B bench's shapes", "[.][bench]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: nothing timed");
+    return;
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const auto time_ms = [&](const std::function<void()>& call) {
+    for (int i = 0; i < 3; ++i) call();
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    const int calls = 50;
+    start.record();
+    for (int i = 0; i < calls; ++i) call();
+    end.record();
+    end.synchronize();
+    return double(start.elapsed_time(end)) / calls;
+  };
+  const auto bf16 = kernels::ElementType::BFloat16;
+  at::manual_seed(14);
+  {
+    const int64_t rows = 131, cols = 128256;
+    const at::Tensor buffer = at::randn({1 + rows * cols}, on_gpu(at::kBFloat16));
+    const at::Tensor column = at::randint(-1, cols, {rows}, on_gpu(at::kLong));
+    at::Tensor out = at::empty({3, rows}, on_gpu(at::kFloat));
+    for (const int64_t offset : {0, 1}) {
+      const void* logits = static_cast<const char*>(buffer.data_ptr()) + 2 * offset;
+      const double ms = time_ms([&] {
+        kernels::cross_entropy_row_stats(logits, rows, cols, cols, column.data_ptr<int64_t>(), out[0].data_ptr<float>(),
+                                         out[1].data_ptr<float>(), out[2].data_ptr<float>(), bf16, stream);
+      });
+      WARN("row statistics, " << (offset == 0 ? "packed" : "scalar") << ": " << ms * 1e3 << " us per call, "
+                              << 2.0 * rows * cols / (ms * 1e-3) / 1e12 << " TB/s read");
+    }
+  }
+  {
+    const int64_t rows = 8192, cols = 2048;
+    at::Tensor buffer = at::randn({1 + rows * cols}, on_gpu(at::kBFloat16));
+    const at::Tensor column = at::randint(-1, cols, {rows}, on_gpu(at::kLong));
+    const at::Tensor lse = at::full({rows}, 12.0, on_gpu(at::kFloat)), coef = at::ones({rows}, on_gpu(at::kFloat));
+    for (const int64_t offset : {0, 1}) {
+      void* logits = static_cast<char*>(buffer.data_ptr()) + 2 * offset;
+      const double ms = time_ms([&] {
+        kernels::cross_entropy_logit_grad(logits, cols, logits, cols, rows, cols, lse.data_ptr<float>(),
+                                          column.data_ptr<int64_t>(), coef.data_ptr<float>(), bf16, stream);
+      });
+      WARN("logit gradient in place, " << (offset == 0 ? "packed" : "scalar") << ": " << ms * 1e3 << " us per call, "
+                                       << 4.0 * rows * cols / (ms * 1e-3) / 1e12 << " TB/s read and written");
+    }
   }
 }
 
