@@ -52,6 +52,7 @@ const std::vector<Field>& fields() {
     number("hbm_tb_s", 1e12, true, [](HardwareProfile& p) -> double& { return p.hbm_bytes_per_s; });
     number("efficiency.gemm", 1, true, [](HardwareProfile& p) -> double& { return p.gemm_efficiency; });
     number("efficiency.gemm_latency_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.gemm_latency_s; });
+    number("efficiency.grouped_gemm", 1, true, [](HardwareProfile& p) -> double& { return p.grouped_gemm_efficiency; });
     number("efficiency.attention", 1, true, [](HardwareProfile& p) -> double& { return p.attention_efficiency; });
     number("efficiency.hbm", 1, true, [](HardwareProfile& p) -> double& { return p.hbm_efficiency; });
     number("efficiency.kernel_overhead_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.kernel_overhead_s; });

@@ -29,6 +29,9 @@ struct HardwareProfile {
   // (half of gemm_efficiency at flops = peak * gemm_efficiency * gemm_latency_s).
   double gemm_efficiency = 0.7;
   double gemm_latency_s = 5e-6;
+  // The experts' products (grouped GEMM over uneven row counts, or one matmul per expert): their
+  // own efficiency, lower than dense products of the same size (scripts/bench_grouped_mm.py).
+  double grouped_gemm_efficiency = 0.6;
   double attention_efficiency = 0.35;  // flash attention, fraction of the dense peak (fwd and bwd)
   double hbm_efficiency = 0.8;         // memory-bound kernels, fraction of HBM bandwidth
   double kernel_overhead_s = 4e-6;     // added to every memory-bound kernel (launch, tail)

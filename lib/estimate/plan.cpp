@@ -134,7 +134,9 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     auto& p = r.parallel;
                     p.tp = tp;
                     p.cp = cp;
-                    // On GPUs context parallelism runs Ulysses (ring attention is CPU-only here).
+                    // Plans use Ulysses for context parallelism: ring attention's blocks run
+                    // FlashAttention-2, 1.6-1.9x SDPA's kernel time on an H200 (docs/benchmarks.md),
+                    // which the time model does not price apart yet.
                     p.cp_method = cp > 1 ? "ulysses" : base.parallel.cp_method;
                     p.pp = pp;
                     p.vpp = vpp;

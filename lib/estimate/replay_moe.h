@@ -44,24 +44,24 @@ class MoeReplay : public ReplayOps {
     g.n = n;
     g.rows = x;
     hold(x);
-    g.h1 = gemm(n, width, H());
-    g.h3 = gemm(n, width, H());
+    g.h1 = gemm(n, width, H(), true);
+    g.h3 = gemm(n, width, H(), true);
     const Id silu = ew(n * width * e_);
     const Id a = ew(n * width * e_, 2);
     drop(silu);
-    const Id y = gemm(n, H(), width);
+    const Id y = gemm(n, H(), width, true);
     drop(a);
     return y;
   }
   Id grouped_nograd(int64_t n) {
     const int64_t width = s_.expert_ffn;
-    const Id h1 = gemm(n, width, H()), h3 = gemm(n, width, H());
+    const Id h1 = gemm(n, width, H(), true), h3 = gemm(n, width, H(), true);
     const Id silu = ew(n * width * e_);
     const Id a = ew(n * width * e_, 2);
     drop(silu);
     drop(h1);
     drop(h3);
-    const Id y = gemm(n, H(), width);
+    const Id y = gemm(n, H(), width, true);
     drop(a);
     return y;
   }
@@ -69,7 +69,7 @@ class MoeReplay : public ReplayOps {
   // gradients go into the parameters' .grad one expert at a time.
   Id grouped_backward(Id go, GroupedSaved& g) {
     const int64_t n = g.n, width = s_.expert_ffn, act = n * width * e_;
-    const Id da = gemm(n, width, H());  // go W2
+    const Id da = gemm(n, width, H(), true);  // go W2
     const Id sig = ew(act);
     const Id silu = ew(act, 2);
     const Id dh3 = ew(act, 2);
@@ -81,14 +81,14 @@ class MoeReplay : public ReplayOps {
     in_place(act, 1);
     drop(dsilu);
     drop(da);
-    const Id gx = gemm(n, H(), width);
-    const Id gx3 = gemm(n, H(), width);
+    const Id gx = gemm(n, H(), width, true);
+    const Id gx3 = gemm(n, H(), width, true);
     accumulate(gx, gx3);
     // Weight gradients, projection by projection and expert by expert, each added into .grad.
     const Id a = ew(act, 2);  // silu * h3, for the down projection's gradient
     for (int w = 0; w < 3; ++w) {
       for (const int64_t rows : expert_split()) {
-        const Id gw = gemm(w == 0 ? H() : width, w == 0 ? width : H(), rows * s_.etp);
+        const Id gw = gemm(w == 0 ? H() : width, w == 0 ? width : H(), rows * s_.etp, true);
         t_.costs().memory_bytes += 3.0 * double(width * H() * e_);
         drop(gw);
       }

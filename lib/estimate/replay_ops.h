@@ -30,9 +30,11 @@ class ReplayOps {
     c.memory_kernels += 1;
     return t_.alloc(bytes);
   }
-  // y[m,n] = x[m,k] w[n,k]^T in the model dtype.
-  Id gemm(int64_t m, int64_t n, int64_t k) {
-    t_.costs().gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e_)});
+  // y[m,n] = x[m,k] w[n,k]^T in the model dtype (`grouped`: the experts' products, all local
+  // experts' rows as one product at the grouped rate).
+  Id gemm(int64_t m, int64_t n, int64_t k, bool grouped = false) {
+    t_.costs().gemms.push_back(
+        GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e_), grouped});
     return t_.alloc(m * n * e_);
   }
   // The same product added in place into an existing tensor (addmm_): no new memory.

@@ -16,6 +16,7 @@ enum class CommKind { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
 struct GemmShape {
   double m = 0, n = 0, k = 0;  // [m,k] x [k,n]: 2*m*n*k FLOPs
   double bytes = 0;            // operands and result: (m*k + k*n + m*n) * element size
+  bool grouped = false;        // the experts' products (at::_grouped_mm, or one matmul per expert)
   double flops() const { return 2.0 * m * n * k; }
 };
 

@@ -8,7 +8,8 @@ namespace {
 constexpr double kFusedFraction = 1.0 / 3.0;
 
 double gemm_seconds(const GemmShape& g, const HardwareProfile& gpu, double peak, double hbm) {
-  const double compute = g.flops() / (peak * gpu.gemm_efficiency) + gpu.gemm_latency_s;
+  const double efficiency = g.grouped ? gpu.grouped_gemm_efficiency : gpu.gemm_efficiency;
+  const double compute = g.flops() / (peak * efficiency) + gpu.gemm_latency_s;
   return std::max(compute, g.bytes / hbm);
 }
 }  // namespace
