@@ -13,6 +13,7 @@ namespace trainer::kernels {
 namespace {
 
 using detail::load;
+using detail::Pack;  // 16 bytes of T, one 128-bit access
 using detail::store;
 
 constexpr int kScalarThreads = 512;  // the scalar row-statistics kernel's block (unaligned rows, odd widths)
@@ -29,14 +30,6 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.max, b.max);
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
-
-// 16 bytes of T (8 bf16 or 4 fp32), read and written with one 128-bit access: only at 16-byte
-// aligned addresses, which the host checks before it launches a kernel on packs.
-template <typename T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / int(sizeof(T));
-  T v[kSize];
-};
 
 // exp(x) for x <= 0 as 2^(x log2 e) on the SFU: ex2.approx.ftz.f32 (what __expf uses, without
 // the fix-up of subnormal results that non-ftz code adds: 3 instructions a value). Relative error

@@ -19,6 +19,7 @@
 #include "model/rotary.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
+#include "rope.h"
 
 using namespace trainer;
 using model_test::max_relative_error;
@@ -121,6 +122,179 @@ TEST_CASE("fused rope on CUDA equals Rotary::apply - strided q and k in forward 
     CHECK(max_relative_error(yb.to(at::kFloat).cpu(), ya.to(at::kFloat).cpu()) < tol);
     CHECK(max_relative_error(zb.to(at::kFloat).cpu(), za.to(at::kFloat).cpu()) < tol);
     CHECK(max_relative_error(base_b.grad().to(at::kFloat).cpu(), base_a.grad().to(at::kFloat).cpu()) < tol);
+  }
+}
+
+namespace {
+
+// The rotation of x ([t, heads, d], any strides) by cos and sin ([t, d]) in fp64: y1 = x1 c1 - x2 s1,
+// y2 = x2 c2 + x1 s2 over the halves of a head (Rotary::apply), or its transpose (backward: the
+// gradient of x from the gradient of y).
+at::Tensor rope_reference(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor xd = x.to(at::kDouble), c = cos.to(at::kDouble).unsqueeze(1), s = sin.to(at::kDouble).unsqueeze(1);
+  const at::Tensor x1 = xd.narrow(-1, 0, half), x2 = xd.narrow(-1, half, half);
+  const at::Tensor c1 = c.narrow(-1, 0, half), c2 = c.narrow(-1, half, half);
+  const at::Tensor s1 = s.narrow(-1, 0, half), s2 = s.narrow(-1, half, half);
+  if (!backward) return at::cat({x1 * c1 - x2 * s1, x2 * c2 + x1 * s2}, -1);
+  return at::cat({x1 * c1 + x2 * s2, x2 * c2 - x1 * s1}, -1);
+}
+
+}  // namespace
+
+// The kernel on its own, both passes, against the fp64 rotation. Layouts: q and k in one qkv row
+// per token (v's columns after them), each in its own contiguous tensor, and the gradients' layout
+// out of attention ([heads, t, d] memory); head sizes 64 and 128 (packed), 16 (one pack a half in
+// bf16), 8 (packed in fp32 only), 6 (never), and q and k one element off alignment (scalar).
+TEST_CASE("rope kernel on CUDA equals an fp64 reference - packed heads, odd head sizes and unaligned views",
+          "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: rope kernel not checked");
+    return;
+  }
+  enum class Layout { Qkv, Separate, AttentionGrad, QkvOffByOne };
+  struct Case {
+    int64_t d, hq, hk;
+    Layout layout;
+  };
+  const int64_t t = 37;
+  const Case cases[] = {{64, 12, 4, Layout::Qkv},        {64, 12, 4, Layout::Separate},
+                        {64, 12, 4, Layout::AttentionGrad}, {64, 12, 4, Layout::QkvOffByOne},
+                        {128, 3, 1, Layout::AttentionGrad}, {16, 3, 0, Layout::Separate},
+                        {8, 5, 2, Layout::Qkv},           {6, 5, 2, Layout::Separate}};
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+  for (const Case& cs : cases)
+  for (const bool backward : {false, true}) {
+    INFO("dtype " << dtype << " head size " << cs.d << " heads " << cs.hq << " + " << cs.hk << " layout "
+                  << int(cs.layout) << " backward " << backward);
+    at::manual_seed(5);
+    const int64_t d = cs.d;
+    model::Rotary rotary(d, 10000.0, std::nullopt);
+    const auto [cos, sin] = rotary.cos_sin(at::arange(5, 5 + t, on_gpu(at::kLong)), dtype);
+    // q and k as views of x's buffers: ([t, heads, d] with strides (stride_t, stride_head, 1)).
+    at::Tensor q, k;
+    if (cs.layout == Layout::Qkv || cs.layout == Layout::QkvOffByOne) {
+      const int64_t off = cs.layout == Layout::QkvOffByOne ? 1 : 0, width = (cs.hq + 2 * cs.hk) * d + off;
+      const at::Tensor qkv = at::randn({t * width}, on_gpu(dtype));
+      q = qkv.as_strided({t, cs.hq, d}, {width, d, 1}, off);
+      k = qkv.as_strided({t, cs.hk, d}, {width, d, 1}, off + cs.hq * d);
+    } else if (cs.layout == Layout::Separate) {
+      q = at::randn({t, cs.hq, d}, on_gpu(dtype));
+      k = at::randn({t, cs.hk, d}, on_gpu(dtype));
+    } else {
+      q = at::randn({cs.hq, t, d}, on_gpu(dtype)).transpose(0, 1);
+      k = at::randn({cs.hk, t, d}, on_gpu(dtype)).transpose(0, 1);
+    }
+    at::Tensor qo = at::full({t, cs.hq, d}, 7.0, on_gpu(dtype)), ko = at::full({t, cs.hk, d}, 7.0, on_gpu(dtype));
+    const kernels::RopeTensor qt{q.data_ptr(), qo.data_ptr(), cs.hq, q.stride(0), q.stride(1)};
+    const kernels::RopeTensor kt{cs.hk ? k.data_ptr() : nullptr, cs.hk ? ko.data_ptr() : nullptr, cs.hk, k.stride(0),
+                                 k.stride(1)};
+    kernels::rope(qt, kt, cos.data_ptr(), sin.data_ptr(), t, d, backward,
+                  dtype == at::kFloat ? kernels::ElementType::Float32 : kernels::ElementType::BFloat16,
+                  c10::cuda::getCurrentCUDAStream().stream());
+    // One rounding of an fp32 result: 2^-24 (fp32) or 2^-9 (bf16) of the largest value, and some.
+    const double tol = dtype == at::kFloat ? 1e-6 : 4e-3;
+    CHECK(max_relative_error(qo.to(at::kDouble).cpu(), rope_reference(q, cos, sin, backward).cpu()) < tol);
+    if (cs.hk) CHECK(max_relative_error(ko.to(at::kDouble).cpu(), rope_reference(k, cos, sin, backward).cpu()) < tol);
+  }
+}
+
+// Through autograd as the model calls it at the bench's head size (64): q and k separate
+// projection outputs [t, b, heads, d] (tensor parallel size 1), or views into one qkv row (one
+// sequence: a strided view the kernel takes as it is); the output gradients in attention's layout.
+// Packed in fp32 and bf16; the existing case above (head size 10) takes the scalar kernel.
+TEST_CASE("fused rope on CUDA equals Rotary::apply - heads of 64 on 16-byte packs in forward and backward",
+          "[model][fused][cuda]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: fused rope not checked");
+    return;
+  }
+  const int64_t t = 33, hq = 8, hk = 2, d = 64;
+  model::Rotary rotary(d, 500000.0, std::nullopt);
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+  for (const bool qkv_views : {false, true}) {
+    INFO("dtype " << dtype << " qkv views " << qkv_views);
+    const int64_t b = qkv_views ? 1 : 3;
+    at::manual_seed(6);
+    const at::Tensor base = at::randn({t, b, (hq + 2 * hk) * d}, on_gpu(dtype));
+    const auto views = [&](const at::Tensor& x) {
+      at::Tensor q = x.narrow(2, 0, hq * d), k = x.narrow(2, hq * d, hk * d);
+      if (!qkv_views) {
+        q = q.contiguous();
+        k = k.contiguous();
+      }
+      return std::make_pair(q.view({t, b, hq, d}), k.view({t, b, hk, d}));
+    };
+    const auto [cos, sin] = rotary.cos_sin(at::arange(100, 100 + t, on_gpu(at::kLong)), dtype);
+    const at::Tensor c4 = cos.view({t, 1, 1, d}), s4 = sin.view({t, 1, 1, d});
+    // Gradients as attention's backward leaves them: [b, heads, t, d] memory seen as [t, b, heads, d].
+    const at::Tensor gq = at::randn({b, hq, t, d}, on_gpu(dtype)).permute({2, 0, 1, 3});
+    const at::Tensor gk = at::randn({b, hk, t, d}, on_gpu(dtype)).permute({2, 0, 1, 3});
+
+    const at::Tensor base_a = leaf(base), base_b = leaf(base);
+    const auto [qa, ka] = views(base_a);
+    const at::Tensor ya = model::Rotary::apply(qa, c4, s4), za = model::Rotary::apply(ka, c4, s4);
+    ((ya * gq).sum() + (za * gk).sum()).backward();
+    const auto [qb, kb] = views(base_b);
+    CHECK(qb.is_contiguous() == !qkv_views);
+    const auto [yb, zb] = model::fused::rope(qb, kb, cos, sin);
+    CHECK(yb.is_contiguous());
+    ((yb * gq).sum() + (zb * gk).sum()).backward();
+    const double tol = tolerance(dtype);
+    CHECK(max_relative_error(yb.to(at::kFloat).cpu(), ya.to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(zb.to(at::kFloat).cpu(), za.to(at::kFloat).cpu()) < tol);
+    CHECK(max_relative_error(base_b.grad().to(at::kFloat).cpu(), base_a.grad().to(at::kFloat).cpu()) < tol);
+    // The fp64 rotation of the same inputs bounds the fused output more tightly than bf16's
+    // Rotary::apply (three roundings) does.
+    const double one_rounding = dtype == at::kFloat ? 1e-6 : 4e-3;
+    CHECK(max_relative_error(yb.reshape({t, b * hq, d}).to(at::kDouble).cpu(),
+                             rope_reference(qb.reshape({t, b * hq, d}), cos, sin, false).cpu()) < one_rounding);
+  }
+}
+
+// Not part of the suite ("[.]"; run it with unit_model "[bench]"): the rope kernel timed at the
+// Llama 3.2 1B bench's shapes in bf16 (seq 4096, micro-batch 4, 32 query and 8 key/value heads of
+// 64: 41.9M elements, 168 MB read and written a call), forward on the projections' outputs and
+// backward on gradients in attention's layout, packed against scalar (the same tensors one
+// element off 16-byte alignment).
+TEST_CASE("rope kernel: time per call at the Llama 3.2 1B bench's shapes", "[.][bench]") {
+  if (!have_cuda()) {
+    WARN("no CUDA device: nothing timed");
+    return;
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const auto time_ms = [&](const std::function<void()>& call) {
+    for (int i = 0; i < 3; ++i) call();
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    const int calls = 50;
+    start.record();
+    for (int i = 0; i < calls; ++i) call();
+    end.record();
+    end.synchronize();
+    return double(start.elapsed_time(end)) / calls;
+  };
+  const int64_t t = 4096, b = 4, hq = 32, hk = 8, d = 64;
+  const int64_t q_elems = t * b * hq * d, k_elems = t * b * hk * d;
+  at::manual_seed(15);
+  const at::Tensor in = at::randn({1 + q_elems + k_elems}, on_gpu(at::kBFloat16));
+  at::Tensor out = at::empty({1 + q_elems + k_elems}, on_gpu(at::kBFloat16));
+  const auto cos_sin = model::Rotary(d, 500000.0, std::nullopt).cos_sin(at::arange(t, on_gpu(at::kLong)), at::kBFloat16);
+  const void *cos = cos_sin.first.data_ptr(), *sin = cos_sin.second.data_ptr();
+  const double bytes = 2.0 * 2 * (q_elems + k_elems) + 2.0 * 2 * t * d;
+  for (const bool backward : {false, true})
+  for (const int64_t offset : {0, 1}) {
+    char* i0 = static_cast<char*>(in.data_ptr()) + 2 * offset;
+    char* o0 = static_cast<char*>(out.data_ptr()) + 2 * offset;
+    // Forward: [t, b * heads, d] rows of the projections; backward: [b * heads, t, d] memory.
+    const int64_t qs_t = backward ? d : b * hq * d, qs_h = backward ? t * d : d;
+    const int64_t ks_t = backward ? d : b * hk * d, ks_h = backward ? t * d : d;
+    const kernels::RopeTensor qt{i0, o0, b * hq, qs_t, qs_h};
+    const kernels::RopeTensor kt{i0 + 2 * q_elems, o0 + 2 * q_elems, b * hk, ks_t, ks_h};
+    const double ms = time_ms([&] {
+      kernels::rope(qt, kt, cos, sin, t, d, backward, kernels::ElementType::BFloat16, stream);
+    });
+    WARN("rope " << (backward ? "backward" : "forward") << ", " << (offset == 0 ? "packed" : "scalar") << ": "
+                 << ms * 1e3 << " us per call, " << bytes / (ms * 1e-3) / 1e12 << " TB/s read and written");
   }
 }
 
