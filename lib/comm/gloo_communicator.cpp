@@ -1,7 +1,7 @@
 #include "comm/gloo_communicator.h"
 
 #include "comm/argument_checks.h"
-#include "metrics/trace_scope.h"
+#include "runtime/trace_scope.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -69,7 +69,7 @@ class GlooCommunicator : public Communicator {
 
   template <typename F>
   auto guarded(const std::string& op, F&& start) {
-    const metrics::TraceScope scope("{} {}", op, name_);  // in profiler traces: the collective and its group
+    const runtime::TraceScope scope("{} {}", op, name_);  // in profiler traces: the collective and its group
     try {
       return start();
     } catch (const std::exception& e) {
@@ -203,7 +203,7 @@ void GlooWork::wait() {
       }
     }
   } count{owner_->mutable_context(), owner_->name(), start};
-  const metrics::TraceScope scope("wait {} {}", op_, owner_->name());
+  const runtime::TraceScope scope("wait {} {}", op_, owner_->name());
   for (auto& work : works_) {
     try {
       work->wait(owner_->context().timeout);

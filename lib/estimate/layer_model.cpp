@@ -1,6 +1,6 @@
 #include "estimate/layer_model.h"
 
-#include "model/loss_chunks.h"
+#include "counting/loss_chunks.h"
 
 #include <fmt/format.h>
 
@@ -225,7 +225,7 @@ class Replay : public MoeReplay {
     // The head and the loss in chunks of rows (model/linear_cross_entropy.cpp): per chunk the
     // logits [c, V] (upcast to fp32) and one fp32 temporary; only the input rows and an fp32
     // log-sum-exp per row are saved.
-    const int64_t chunk = model::loss_chunk_rows(bs, V, H());
+    const int64_t chunk = counting::loss_chunk_rows(bs, V, H());
     t_.begin();
     NormSaved norm;
     const Id hn = norm_forward(x, Tn(), norm);
@@ -257,7 +257,7 @@ class Replay : public MoeReplay {
     // Backward over vocabulary slices (backward_by_slices): per slice the logits [bs, slice] again
     // (upcast to fp32, softmax and one-hot in place, cast back), the slice's weight-gradient rows
     // in one GEMM added into main_grad, and its part of the input gradient summed in fp32.
-    const int64_t slice = model::loss_vocab_slice(V, H());
+    const int64_t slice = counting::loss_vocab_slice(V, H());
     const bool cpu = s_.device == Device::Cpu;
     const Id sum = ew(bs * H() * kF32, 0);  // zeros: the input gradient's fp32 sum
     const bool fused_sums = s_.fused.grad_accumulation && e_ != kF32;

@@ -183,7 +183,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     // Backward's slices follow the local rows, padding included, as the forward chunks and the
     // estimator's replay do.
-    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, loss_vocab_slice(local, h.size(1))};
+    ctx->saved_data["vocab"] = std::vector<int64_t>{v.begin, v.real, v.ignore, counting::loss_vocab_slice(local, h.size(1))};
     ctx->saved_data["fused_cross_entropy"] = fused_cross_entropy;
     ctx->saved_data["fused_accumulation"] = fused_accumulation;
     ctx->save_for_backward({h, targets, lse});

@@ -15,7 +15,7 @@
 
 #include "comm/communicator.h"
 #include "model/fused_kernels.h"
-#include "model/loss_chunks.h"
+#include "counting/loss_chunks.h"
 #include "model/parameter.h"
 #include "model/weight_grad_queue.h"
 

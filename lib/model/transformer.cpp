@@ -237,7 +237,7 @@ at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, For
   const int64_t vocab_begin = head.shards.empty() ? 0 : head.shards.front().offset;
   out->loss_sum = linear_cross_entropy_sum(rows, head, lm_head_.queue(), flat_targets, vocab_begin,
                                            options_.config.vocab_size, kIgnoreIndex, tp.size > 1 ? tp.group : nullptr,
-                                           loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)),
+                                           counting::loss_chunk_rows(rows.size(0), head.tensor.size(0), rows.size(1)),
                                            options_.kernels);
   out->tokens = targets.numel();
   params_.after_forward(head_unit());

@@ -1,5 +1,5 @@
 #include "train/checkpoint_saver.h"
-#include "metrics/trace_scope.h"
+#include "runtime/trace_scope.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -32,7 +32,7 @@ void CheckpointSaver::reserve(checkpoint::CheckpointContent content) {
 
 void CheckpointSaver::save(checkpoint::CheckpointContent content, int64_t step, const char* why, bool more_steps) {
   if (!writer_) return;
-  const metrics::TraceScope scope("checkpoint snapshot of step {}", step);
+  const runtime::TraceScope scope("checkpoint snapshot of step {}", step);
   const auto t0 = Clock::now();
   writer_->wait();  // timed apart: a previous write still running is the disk's cost, not the snapshot's
   const auto t1 = Clock::now();
@@ -50,7 +50,7 @@ void CheckpointSaver::save(checkpoint::CheckpointContent content, int64_t step, 
 
 void CheckpointSaver::fence() {
   if (!pending_) return;
-  const metrics::TraceScope scope("checkpoint fence");
+  const runtime::TraceScope scope("checkpoint fence");
   const double waited = writer_->before_parameter_update();
   say_(fmt::format("checkpoint of step {} ({}): training paused {:.4f} s ({:.4f} s waiting for the previous save's "
                    "write, {:.4f} s starting the snapshot, {:.4f} s waiting for it before the next optimizer step), "

@@ -1,7 +1,7 @@
 #include "train/optimizer_driver.h"
 #include "checkpoint/manifest_check.h"
 #include "core/plural.h"
-#include "metrics/trace_scope.h"
+#include "runtime/trace_scope.h"
 #include "parallel/data/replicas.h"
 
 #include <ATen/ATen.h>
@@ -133,7 +133,7 @@ void OptimizerDriver::clip(double max_norm, const at::Tensor& norm) {
 }
 
 void OptimizerDriver::step(double lr) {
-  const metrics::TraceScope scope("optimizer step");
+  const runtime::TraceScope scope("optimizer step");
   if (zero1_)
     zero1_->step(lr);
   else

@@ -1,6 +1,6 @@
 #pragma once
 // profiling.steps [first, last] and profiling.dir: libtorch's profiler (Kineto) records steps
-// first..last on every rank (ATen operators, trainer's named scopes from metrics/trace_scope.h,
+// first..last on every rank (ATen operators, trainer's named scopes from runtime/trace_scope.h,
 // and on a GPU its kernels and NCCL) and each rank writes one Chrome/Perfetto trace,
 // <dir>/trace-rank-<rank>.json. Outside that range nothing is recorded.
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include "optim/lr_schedule.h"
 #include "train/checkpoint_saver.h"
 #include "train/step_profiler.h"
-#include "metrics/trace_scope.h"
+#include "runtime/trace_scope.h"
 #include "train/evaluation.h"
 #include "parallel/gpu_support.h"
 #include "runtime/stop_signal.h"
@@ -141,7 +141,7 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
     const double lr = optim::learning_rate(r.optimizer, r.training.steps, progress.step);
     optimizer.zero_grad();
     profiler.before_step(progress.step + 1);
-    std::optional<metrics::TraceScope> step_scope;  // the step in profiler traces, up to its checkpoint
+    std::optional<runtime::TraceScope> step_scope;  // the step in profiler traces, up to its checkpoint
     step_scope.emplace(fmt::format("step {}", progress.step + 1));  // once a step: formatted always
     StepFigures figures = step.compute_gradients(progress.consumed_samples);
     StepTimes& times = figures.times;

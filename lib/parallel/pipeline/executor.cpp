@@ -1,5 +1,5 @@
 #include "parallel/pipeline/executor.h"
-#include "metrics/trace_scope.h"
+#include "runtime/trace_scope.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 namespace trainer::parallel {
 
 namespace {
-// The profiler-trace name of an action (metrics/trace_scope.h).
+// The profiler-trace name of an action (runtime/trace_scope.h).
 const char* action_name(Action::Kind kind) {
   switch (kind) {
     case Action::Kind::Forward: return "forward";
@@ -84,7 +84,7 @@ void StepExecutor::run(const std::vector<Action>& actions, bool forward_only) {
     if (is_compute(a.kind)) post_through(next_compute_after(i));
     const auto start = std::chrono::steady_clock::now();
     const int64_t waited_before = wait_ns_ ? wait_ns_->load() : 0;
-    const metrics::TraceScope scope("{} chunk {} micro-batch {}", action_name(a.kind), a.chunk, a.micro_batch);
+    const runtime::TraceScope scope("{} chunk {} micro-batch {}", action_name(a.kind), a.chunk, a.micro_batch);
     switch (a.kind) {
       case K::Forward: forward(a); break;
       case K::Backward:

@@ -129,7 +129,7 @@ TEST_CASE("GPU flash attention keeps no per-thread buffers - its backward an fp3
 TEST_CASE("logits and loss in chunks and vocabulary slices: no temporary grows with V", "[estimate]") {
   // Large vocabulary, small width, so the loss dominates the head. Forward chunks of
   // T / ceil(V / H) rows and backward slices of V / ceil(V / H) vocabulary rows: each chunk's or
-  // slice's logits are about [T, H] whatever V is (model/loss_chunks.h), and the weight gradient
+  // slice's logits are about [T, H] whatever V is (counting/loss_chunks.h), and the weight gradient
   // is written slice by slice into main_grad (no [V, H] piece).
   const int64_t b = 1, s = 256, h = 32, V1 = 4096, V2 = 8192;
   for (const int64_t bytes : {int64_t(4), int64_t(2)}) {

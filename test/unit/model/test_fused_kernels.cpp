@@ -15,7 +15,7 @@
 #include "model/fused_kernels.h"
 #include "model/fused_ops.h"
 #include "model/linear_cross_entropy.h"
-#include "model/loss_chunks.h"
+#include "counting/loss_chunks.h"
 #include "model/rotary.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
@@ -146,7 +146,7 @@ at::Tensor rope_reference(const at::Tensor& x, const at::Tensor& cos, const at::
 // per token (v's columns after them), each in its own contiguous tensor, and the gradients' layout
 // out of attention ([heads, t, d] memory); head sizes 64 and 128 (packed), 16 (one pack a half in
 // bf16), 8 (packed in fp32 only), 6 (never), and q and k one element off alignment (scalar).
-TEST_CASE("rope kernel on CUDA equals an fp64 reference - packed heads, odd head sizes and unaligned views",
+TEST_CASE("rope kernel on CUDA equals an fp64 reference - packed heads - odd head sizes and unaligned views",
           "[model][fused][cuda]") {
   if (!have_cuda()) {
     WARN("no CUDA device: rope kernel not checked");
@@ -379,7 +379,7 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - ignored
       const model::FusedKernels kernels = use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"})
                                               : model::FusedKernels{};
       const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
-                                                              model::loss_chunk_rows(n, local, hidden), kernels);
+                                                              counting::loss_chunk_rows(n, local, hidden), kernels);
       (loss * 0.5).backward();
       losses.push_back(loss.detach().to(at::kDouble).cpu());
       grad_h.push_back(h.grad().to(at::kDouble).cpu());
@@ -425,7 +425,7 @@ at::Tensor logit_columns(const LogitLayout& l) {
 
 }  // namespace
 
-TEST_CASE("cross-entropy kernels on CUDA equal an fp64 reference - packed rows, odd widths, strides and offsets",
+TEST_CASE("cross-entropy kernels on CUDA equal an fp64 reference - packed rows - odd widths - strides and offsets",
           "[model][fused][cuda][loss]") {
   if (!have_cuda()) {
     WARN("no CUDA device: cross-entropy kernels not checked");
@@ -474,14 +474,14 @@ TEST_CASE("cross-entropy kernels on CUDA equal an fp64 reference - packed rows, 
 // The chunked loss through the kernels at the widths training gives them: 2048-column backward
 // slices over hidden 2048, forward rows of the whole local vocabulary; vocab_end 6000 makes every
 // block of logits whole packs, 5999 makes the forward rows and the last slice (1903 columns) odd.
-TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - 2048-column slices, packed and odd widths",
+TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - 2048-column slices - packed and odd widths",
           "[model][fused][cuda][loss]") {
   if (!have_cuda()) {
     WARN("no CUDA device: fused cross-entropy not checked");
     return;
   }
   const int64_t n = 37, hidden = 2048, local = 6016;
-  REQUIRE(model::loss_vocab_slice(local, hidden) == 2048);
+  REQUIRE(counting::loss_vocab_slice(local, hidden) == 2048);
   for (const auto dtype : {at::kFloat, at::kBFloat16})
     for (const int64_t vocab_end : {6000, 5999}) {
       INFO("dtype " << dtype << " vocab_end " << vocab_end);
@@ -500,7 +500,7 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - 2048-co
         const model::FusedKernels kernels =
             use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"}) : model::FusedKernels{};
         const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
-                                                                model::loss_chunk_rows(n, local, hidden), kernels);
+                                                                counting::loss_chunk_rows(n, local, hidden), kernels);
         (loss * 0.5).backward();
         losses.push_back(loss.detach().to(at::kDouble).cpu());
         grad_h.push_back(h.grad().to(at::kDouble).cpu());

@@ -85,7 +85,7 @@ TEST_CASE("chunked linear cross-entropy defers its weight gradient and adds it i
 
 TEST_CASE("chunked linear cross-entropy in bf16 with an fp32 main_grad over seven vocabulary slices", "[model][loss]") {
   const int64_t n = 33, hidden = 8, vocab = 53;  // ceil(53 / 8) = 7 slices of 8, the last of 5
-  REQUIRE(model::loss_vocab_slice(vocab, hidden) == 8);
+  REQUIRE(counting::loss_vocab_slice(vocab, hidden) == 8);
   model::ParameterSet params(model::ParameterOptions{4, 0.5, at::kBFloat16});
   model::Parameter& w = params.create("lm_head.weight", {vocab, hidden}, model::InitKind::Normal);
   w.main_grad = at::zeros(w.tensor.sizes(), at::kFloat);
@@ -108,19 +108,19 @@ TEST_CASE("chunked linear cross-entropy in bf16 with an fp32 main_grad over seve
 }
 
 TEST_CASE("loss vocabulary slices hold logits about the size of the forward chunks", "[model][loss]") {
-  CHECK(model::loss_vocab_slice(128256, 2048) == 2048);  // 2036 rounded up: 63 slices, the last of 1280
-  CHECK(model::loss_vocab_slice(128256, 4096) == 4032);  // 4008 rounded up: 32 slices
-  CHECK(model::loss_vocab_slice(8000, 128) == 128);      // 127 rounded up
-  CHECK(model::loss_vocab_slice(100, 50) == 50);         // under 64: as it is
-  CHECK(model::loss_vocab_slice(200, 100) == 128);       // 100 rounded up: slices of 128 and 72
-  CHECK(model::loss_vocab_slice(256, 128) == 128);
-  CHECK(model::loss_vocab_slice(10, 100) == 10);         // a small vocabulary: one slice
-  CHECK(model::loss_vocab_slice(1000, 2) == 2);
+  CHECK(counting::loss_vocab_slice(128256, 2048) == 2048);  // 2036 rounded up: 63 slices, the last of 1280
+  CHECK(counting::loss_vocab_slice(128256, 4096) == 4032);  // 4008 rounded up: 32 slices
+  CHECK(counting::loss_vocab_slice(8000, 128) == 128);      // 127 rounded up
+  CHECK(counting::loss_vocab_slice(100, 50) == 50);         // under 64: as it is
+  CHECK(counting::loss_vocab_slice(200, 100) == 128);       // 100 rounded up: slices of 128 and 72
+  CHECK(counting::loss_vocab_slice(256, 128) == 128);
+  CHECK(counting::loss_vocab_slice(10, 100) == 10);         // a small vocabulary: one slice
+  CHECK(counting::loss_vocab_slice(1000, 2) == 2);
 }
 
 TEST_CASE("loss chunks hold logits about the size of the input rows", "[model][loss]") {
-  CHECK(model::loss_chunk_rows(16384, 128256, 4096) == 512);  // 32 chunks
-  CHECK(model::loss_chunk_rows(512, 256, 128) == 256);
-  CHECK(model::loss_chunk_rows(5, 10, 100) == 5);             // a small vocabulary: one chunk
-  CHECK(model::loss_chunk_rows(1, 1000, 2) == 1);
+  CHECK(counting::loss_chunk_rows(16384, 128256, 4096) == 512);  // 32 chunks
+  CHECK(counting::loss_chunk_rows(512, 256, 128) == 256);
+  CHECK(counting::loss_chunk_rows(5, 10, 100) == 5);             // a small vocabulary: one chunk
+  CHECK(counting::loss_chunk_rows(1, 1000, 2) == 1);
 }

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <utility>
 
-namespace trainer::metrics {
+namespace trainer::runtime {
 
 class TraceScope {
  public:
@@ -28,4 +28,4 @@ class TraceScope {
   at::RecordFunction guard_;
 };
 
-}  // namespace trainer::metrics
+}  // namespace trainer::runtime

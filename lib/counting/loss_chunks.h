@@ -1,10 +1,11 @@
 #pragma once
 // How many rows (forward) and vocabulary rows (backward) the chunked LM head + cross-entropy
-// (model/linear_cross_entropy.h) takes at a time. Torch-free and header-only: the estimator's replay (lib/estimate) uses the same rule.
+// (model/linear_cross_entropy.h) takes at a time. Torch-free and header-only, below both model and
+// estimate: the estimator's replay uses the same rule.
 #include <algorithm>
 #include <cstdint>
 
-namespace trainer::model {
+namespace trainer::counting {
 
 // Rows per chunk for `rows` rows of width `hidden` against `local_vocab` weight rows: the chunk's
 // logits about as large as the input rows, ceil(local_vocab / hidden) chunks (at least one row
@@ -30,4 +31,4 @@ inline int64_t loss_vocab_slice(int64_t local_vocab, int64_t hidden) {
   return std::min(local_vocab, (slice + 63) / 64 * 64);
 }
 
-}  // namespace trainer::model
+}  // namespace trainer::counting
