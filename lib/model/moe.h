@@ -7,7 +7,7 @@
 //
 // Dispatch: the token copies are sorted by expert, run through their experts' SwiGLU as grouped
 // GEMMs (model/grouped_experts.h) and scatter-added back with their routing weights. Under expert
-// parallelism each ep rank holds E / ep consecutive experts: the sorted copies go to their
+// parallelism (model/expert_dispatcher.h) each ep rank holds E / ep consecutive experts: the sorted copies go to their
 // experts' ranks by an all-to-all with uneven splits (the counts are exchanged first), shared
 // experts compute while the tokens travel, the local experts run on what arrives (grouped by
 // expert), and a second all-to-all brings the results back. With expert tensor parallelism (etp >
@@ -26,6 +26,7 @@
 #include <optional>
 #include <vector>
 
+#include "model/expert_dispatcher.h"
 #include "model/grouped_experts.h"
 #include "model/layers.h"
 #include "model/moe_routing.h"
@@ -69,18 +70,12 @@ class Moe {
   void set_routing_bias(at::Tensor bias) { routing_bias_ = std::move(bias); }
 
  private:
-  // The experts' outputs for `sorted` (copies grouped by global expert, lengths[e] each, in this
-  // rank's order), wherever the experts live; `meanwhile` runs while the copies travel. Inputs are
-  // taken by value so that each buffer is freed as soon as the next one exists.
-  at::Tensor run_experts(at::Tensor sorted, const std::vector<int64_t>& lengths,
-                         const std::function<void()>& meanwhile) const;
-  // The local experts on rows grouped by local expert, over the etp group when it splits them.
-  at::Tensor run_local_experts(at::Tensor rows, const std::vector<int64_t>& lengths) const;
   // The expert frequencies f of the load-balancing loss, and the token count they cover.
   std::pair<at::Tensor, int64_t> expert_frequencies(const Routing& routing, int64_t tokens) const;
 
   Linear router_;
   GroupedExperts experts_;  // this rank's: global experts first_expert_ ..
+  ExpertDispatcher dispatcher_;  // the copies to the ranks of their experts and back
   ExpertParallel ep_;
   int64_t first_expert_ = 0;
   std::optional<SwigluMlp> shared_;
