@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "commands.h"
+#include "failure_report.h"
 #include "memory_fit.h"
 #include "checkpoint/dir_claim.h"
 #include "core/error.h"
@@ -22,6 +23,7 @@
 #include "runtime/cpu_threads.h"
 #include "runtime/device_assignment.h"
 #include "runtime/launch_env.h"
+#include "runtime/launch_policy.h"
 #include "runtime/local_launcher.h"
 #include "runtime/rendezvous.h"
 #include "runtime/stop_signal.h"
@@ -158,21 +160,9 @@ int run_training(const RunOptions& options) {
     request.world_size_option = "--nproc-per-node";
     return estimate::run_estimate_command(request, stdout);
   }
-  if (options.nnodes > 1 || options.node_rank != 0) {
-    if (env.launcher != "none")
-      throw UserError(fmt::format("--nnodes {} given, but the job was already started by a launcher ({}); drop "
-                                  "--nnodes and --node-rank",
-                                  options.nnodes, env.launcher));
-    if (options.node_rank < 0 || options.node_rank >= options.nnodes)
-      throw UserError(fmt::format("--node-rank {} is not a node of --nnodes {}; use 0 to {}", options.node_rank,
-                                  options.nnodes, options.nnodes - 1));
-    if (!std::getenv("MASTER_ADDR") || !std::getenv("MASTER_PORT"))
-      throw UserError(fmt::format("--nnodes {} needs MASTER_ADDR and MASTER_PORT in the environment of every "
-                                  "launch: node 0's address and a free port there, where its launcher serves the "
-                                  "rendezvous (as torchrun's --master-addr and --master-port)",
-                                  options.nnodes));
-  }
-  if (env.launcher == "none" && (options.nproc_per_node > 1 || options.nnodes > 1)) {
+  const runtime::LaunchRequest request{options.nproc_per_node, options.nnodes, options.node_rank};
+  runtime::check_launch_request(request, env);
+  if (runtime::starts_local_workers(request, env)) {
     // Check the recipe once here, so a bad one fails before any worker starts.
     recipe::LoadOptions load;
     load.overrides = options.overrides;
@@ -187,45 +177,18 @@ int run_training(const RunOptions& options) {
                                                   runtime::choose_cpu_threads(options.nproc_per_node).threads));
     if (loaded.recipe.checkpoint.dir && !options.force)
       checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});
-    runtime::LocalLaunchOptions launch;
-    launch.nproc = options.nproc_per_node;
-    launch.nnodes = options.nnodes;
-    launch.node_rank = options.node_rank;
-    if (options.nnodes > 1) {
-      // Read here: without a launcher's variables detect_launch_environment does not look at them.
-      launch.master_addr = std::getenv("MASTER_ADDR");
-      const std::string port = std::getenv("MASTER_PORT");
-      char* end = nullptr;
-      const long value = std::strtol(port.c_str(), &end, 10);
-      if (port.empty() || *end != '\0' || value < 1 || value > 65535)
-        throw UserError(fmt::format("MASTER_PORT={} is not a TCP port (1-65535)", port));
-      launch.master_port = int(value);
-    }
+    runtime::LocalLaunchOptions launch = runtime::local_launch_options(request);
     launch.argv = options.argv;
     return runtime::launch_local_workers(launch);
   }
-  if (env.launcher != "none" && options.nproc_per_node > 1)
-    throw UserError(fmt::format("--nproc-per-node {} given, but the job was already started by a launcher ({}, "
-                                "world size {}); drop --nproc-per-node",
-                                options.nproc_per_node, env.launcher, env.world_size));
+  runtime::check_no_local_launch_under_launcher(request, env);
   if (env.world_size == 1) return run_worker(options, env);
   // Several ranks: name this one in every error, so the failing rank is obvious in the job's log.
   try {
     return run_worker(options, env);
-  } catch (const UserError& e) {
-    std::fprintf(stderr, "%s\n", prefix_lines(e.what(), fmt::format("rank {}: error: ", env.rank)).c_str());
-    return kExitUsageError;
-  } catch (const runtime::Interrupted& e) {
-    if (env.local_rank == 0) std::fprintf(stderr, "%s\n", e.what());  // once per node: every rank got the signal
-    return e.exit_code();
-  } catch (const TrainingFailure& e) {
-    std::fprintf(stderr, "rank %lld: training failed: %s\n", (long long)env.rank, e.what());
-    return kExitRuntimeFailure;
-  } catch (const std::exception& e) {
-    const std::string text = e.what();
-    std::fprintf(stderr, "%s%s\n", text.rfind("rank ", 0) == 0 ? "" : fmt::format("rank {}: ", env.rank).c_str(),
-                 text.c_str());
-    return kExitRuntimeFailure;
+  } catch (const std::exception&) {
+    // A stop signal reached every rank: its message once per node.
+    return report_failure({env.rank, env.local_rank == 0});
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "failure_report.h"
 #include "core/error.h"
 #include "recipe/schema.h"
 #include "runtime/build_info.h"
@@ -91,21 +92,8 @@ int run_main(int argc, char** argv) {
 int guarded_main(int argc, char** argv) {
   try {
     return run_main(argc, argv);
-  } catch (const trainer::UserError& e) {
-    std::fprintf(stderr, "%s\n", trainer::prefix_lines(e.what(), "error: ").c_str());
-    return trainer::kExitUsageError;
-  } catch (const trainer::TrainingFailure& e) {
-    std::fprintf(stderr, "training failed: %s\n", e.what());
-    return trainer::kExitRuntimeFailure;
-  } catch (const trainer::runtime::Interrupted& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM, as a shell reports a process they killed
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return trainer::kExitRuntimeFailure;
   } catch (...) {
-    std::fprintf(stderr, "internal error: unknown exception\n");
-    return trainer::kExitRuntimeFailure;
+    return trainer::app::report_failure();
   }
 }
 
