@@ -136,7 +136,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   }
   PhaseExtra zero3_extra;
   if (zero >= 3 && data_parallel) {
-    // ZeRO-3 (parallel/data/unit_gathers.h): a unit computes while the next one (in backward the
+    // ZeRO-3 (parallel/data/zero3_gathers.h): a unit computes while the next one (in backward the
     // previous one) is gathered; each phase of the micro-batch's timeline sees the units gathered
     // then (run_chunk's PhaseExtra). Without resharding after forward, or under pipeline parallelism (kept for
     // all micro-batches), every unit is gathered once the forward is done. A tied embedding stays

@@ -1,20 +1,21 @@
 #pragma once
 // The optimizer as the training loop sees it: the gradient buffers (parallel::GradBuckets, fp32
-// unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), then
-// replicated AdamW (ZeRO 0, or one data-parallel rank) or the distributed optimizer (ZeRO-1, and
-// ZeRO-2 whose buckets keep only their reduced gradient shard, and ZeRO-3 which also gathers the
-// parameters unit by unit).
-#include <map>
+// unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), whose norm
+// and clipping serve every optimizer, then the Optimizer chosen once at construction: replicated
+// AdamW (ZeRO 0, or one data-parallel rank) or ZeRO-1/2/3 (ZeRO-2's buckets keep only their
+// reduced gradient shard, ZeRO-3 also gathers the parameters layer by layer).
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "mesh/process_groups.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
-#include "parallel/data/distributed_optimizer.h"
 #include "parallel/data/grad_buckets.h"
+#include "recipe/recipe.h"
+#include "train/optimizer.h"
 
 namespace trainer::train {
 
@@ -57,19 +58,13 @@ class OptimizerDriver {
   // Where loaded parameters go (restore_model, load_hf_weights): ZeRO-3's shards; null otherwise
   // (into the parameters).
   std::function<void(model::Parameter&, const at::Tensor&)> parameter_writer();
-  // ZeRO-3's unit gathers, or null.
-  parallel::UnitGathers* unit_gathers();
   std::string describe() const;
 
  private:
   model::Transformer& model_;
   const mesh::ProcessGroups& groups_;
-  int64_t zero_stage_;
-  bool accumulate_unsharded_;
-  bool reshard_after_forward_;
   std::unique_ptr<parallel::GradBuckets> buckets_;
-  std::unique_ptr<optim::AdamW> adamw_;
-  std::unique_ptr<parallel::DistributedOptimizer> zero1_;
+  std::unique_ptr<Optimizer> optimizer_;  // built after the buckets, whose buffers it updates
   mutable parallel::OverlapStats overlap_;
 };
 

@@ -50,7 +50,7 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       steps_.push_back(at::zeros({}, master.options()));  // beside the shard: the fused CUDA kernel reads it there
     }
   }
-  if (zero3) unit_gathers_ = std::make_unique<UnitGathers>(buckets, params, *zero3);
+  if (zero3) zero3_gathers_ = std::make_unique<Zero3Gathers>(buckets, params, *zero3);
 }
 
 void DistributedOptimizer::step(double lr) {
@@ -74,10 +74,10 @@ void DistributedOptimizer::step(double lr) {
     at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1, config_.beta2,
                       decay ? config_.weight_decay : 0.0, config_.eps, false, false);
   }
-  if (unit_gathers_) {
+  if (zero3_gathers_) {
     // ZeRO-3: the next forward gathers each unit from the updated shards.
-    for (size_t b = 0; b < all.size(); ++b) unit_gathers_->shard(b).copy_(shards_[b][kMaster]);
-    last_gather_wait_s_ = unit_gathers_->take_wait_s();
+    for (size_t b = 0; b < all.size(); ++b) zero3_gathers_->shard(b).copy_(shards_[b][kMaster]);
+    last_gather_wait_s_ = zero3_gathers_->take_wait_s();
     ++steps_taken_;
     return;
   }
@@ -164,9 +164,9 @@ void DistributedOptimizer::load_parameter(const model::Parameter& p, const at::T
 
 std::vector<checkpoint::TensorRecord> DistributedOptimizer::parameter_records() const {
   std::vector<checkpoint::TensorRecord> out;
-  if (!unit_gathers_) return out;
+  if (!zero3_gathers_) return out;
   std::vector<at::Tensor> shards;
-  for (size_t b = 0; b < shards_.size(); ++b) shards.push_back(unit_gathers_->shard(b));
+  for (size_t b = 0; b < shards_.size(); ++b) shards.push_back(zero3_gathers_->shard(b));
   add_fragment_records("", shards, out);
   return out;
 }
@@ -197,7 +197,7 @@ void DistributedOptimizer::load_state(const StateReader& read) {
     const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);  // the rest: padding, zeros
     for (int k = 0; length > 0 && k < 3; ++k) {
       const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.real_sizes());
-      if (!stored && k == kMaster && unit_gathers_) {  // ZeRO-3: the parameters' shard (loaded before)
+      if (!stored && k == kMaster && zero3_gathers_) {  // ZeRO-3: the parameters' shard (loaded before)
         const auto& values = buckets_.buckets()[fr.bucket].shard_values;
         shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(values.narrow(0, fr.shard_offset, length));
         continue;

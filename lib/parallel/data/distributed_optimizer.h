@@ -12,7 +12,7 @@
 // reads the parameters between steps (checkpoints, exports) calls wait_gathers() first.
 //
 // ZeRO-3 (a Zero3Options given): the parameters are gathered unit by unit where they are used
-// (unit_gathers.h); the step only writes the updated shard, and checkpoints take the parameters
+// (zero3_gathers.h); the step only writes the updated shard, and checkpoints take the parameters
 // from the shards (parameter_records) without gathering them.
 #include <ATen/core/Tensor.h>
 
@@ -26,7 +26,7 @@
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
 #include "parallel/data/grad_buckets.h"
-#include "parallel/data/unit_gathers.h"
+#include "parallel/data/zero3_gathers.h"
 #include "recipe/recipe.h"
 
 namespace trainer::parallel {
@@ -63,7 +63,8 @@ class DistributedOptimizer {
   // this rank's shard; refresh_master_weights() after the last one.
   void load_parameter(const model::Parameter& p, const at::Tensor& real_slice);
   // ZeRO-3, or null: where parameters are gathered and released.
-  UnitGathers* unit_gathers() { return unit_gathers_.get(); }
+  Zero3Gathers* zero3_gathers() { return zero3_gathers_.get(); }
+  const Zero3Gathers* zero3_gathers() const { return zero3_gathers_.get(); }
   // ZeRO-3: this rank's part of the parameters for a checkpoint, as flat ranges of each
   // parameter's slice (names and layout as the whole parameters would be saved), taken from the
   // shards without communication. The live tensors.
@@ -96,7 +97,7 @@ class DistributedOptimizer {
 
   GradBuckets& buckets_;
   model::ParameterSet& set_;
-  std::unique_ptr<UnitGathers> unit_gathers_;
+  std::unique_ptr<Zero3Gathers> zero3_gathers_;
   std::deque<model::Parameter>& params_;
   bool overlap_gather_;
   std::vector<std::unique_ptr<comm::Work>> gathers_;  // per bucket: its all-gather in flight, or null

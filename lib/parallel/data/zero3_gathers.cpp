@@ -1,4 +1,4 @@
-#include "parallel/data/unit_gathers.h"
+#include "parallel/data/zero3_gathers.h"
 
 #include "model/tensor_storage.h"
 
@@ -13,7 +13,7 @@
 namespace trainer::parallel {
 
 
-UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options)
+Zero3Gathers::Zero3Gathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options)
     : buckets_(buckets), set_(set), options_(options) {
   at::NoGradGuard no_grad;
   const auto& all = buckets.buckets();
@@ -47,13 +47,13 @@ UnitGathers::UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Z
   set_.set_unit_hooks(std::move(hooks));
 }
 
-UnitGathers::~UnitGathers() {
+Zero3Gathers::~Zero3Gathers() {
   set_.set_unit_hooks({});
   for (size_t b = 0; b < slots_.size(); ++b)
     if (slots_[b].work) slots_[b].work->wait();
 }
 
-int64_t UnitGathers::neighbour(int64_t unit, int direction) const {
+int64_t Zero3Gathers::neighbour(int64_t unit, int direction) const {
   auto it = unit_buckets_.find(unit);
   if (it == unit_buckets_.end()) return -1;
   if (direction > 0) {
@@ -63,7 +63,7 @@ int64_t UnitGathers::neighbour(int64_t unit, int direction) const {
   return it == unit_buckets_.begin() ? -1 : std::prev(it)->first;
 }
 
-void UnitGathers::gather(int64_t unit) {
+void Zero3Gathers::gather(int64_t unit) {
   auto it = unit_buckets_.find(unit);
   if (it == unit_buckets_.end()) return;
   at::NoGradGuard no_grad;
@@ -78,7 +78,7 @@ void UnitGathers::gather(int64_t unit) {
   }
 }
 
-void UnitGathers::wait_slot(size_t b) {
+void Zero3Gathers::wait_slot(size_t b) {
   Slot& slot = slots_[b];
   if (slot.state != State::Gathering) return;
   const auto start = std::chrono::steady_clock::now();
@@ -88,13 +88,13 @@ void UnitGathers::wait_slot(size_t b) {
   wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void UnitGathers::wait(int64_t unit) {
+void Zero3Gathers::wait(int64_t unit) {
   auto it = unit_buckets_.find(unit);
   if (it == unit_buckets_.end()) return;
   for (size_t b : it->second) wait_slot(b);
 }
 
-void UnitGathers::release(int64_t unit) {
+void Zero3Gathers::release(int64_t unit) {
   auto it = unit_buckets_.find(unit);
   if (it == unit_buckets_.end()) return;
   for (size_t b : it->second) {
@@ -105,7 +105,7 @@ void UnitGathers::release(int64_t unit) {
   }
 }
 
-void UnitGathers::release_all() {
+void Zero3Gathers::release_all() {
   for (size_t b = 0; b < slots_.size(); ++b) {
     if (slots_[b].state == State::Released || slots_[b].state == State::Whole) continue;
     wait_slot(b);
@@ -114,32 +114,32 @@ void UnitGathers::release_all() {
   }
 }
 
-void UnitGathers::before_forward(int64_t unit) {
+void Zero3Gathers::before_forward(int64_t unit) {
   gather(unit);
   gather(neighbour(unit, +1));  // prefetched: its gather runs behind this unit's computation
   wait(unit);
 }
 
-void UnitGathers::after_forward(int64_t unit) {
+void Zero3Gathers::after_forward(int64_t unit) {
   const bool training = at::GradMode::is_enabled();
   // The head's backward follows at once; without a backward (evaluation) nothing is kept.
   if (training && (unit == options_.head_unit || !options_.reshard_after_forward)) return;
   release(unit);
 }
 
-bool UnitGathers::same_chunk(int64_t a, int64_t b) const {
+bool Zero3Gathers::same_chunk(int64_t a, int64_t b) const {
   for (const auto& [chunk, units] : chunk_units_)
     if (std::find(units.begin(), units.end(), a) != units.end())
       return std::find(units.begin(), units.end(), b) != units.end();
   return false;
 }
 
-bool UnitGathers::releasable_after_backward(int64_t unit) const {
+bool Zero3Gathers::releasable_after_backward(int64_t unit) const {
   // The head's deferred weight gradient (zero-bubble's W) computes its logits again.
   return options_.reshard_after_backward && !(unit == options_.head_unit && options_.keep_head);
 }
 
-void UnitGathers::before_backward(int64_t unit) {
+void Zero3Gathers::before_backward(int64_t unit) {
   // The unit after this one (in model order, in its chunk) has finished its backward.
   const int64_t done = neighbour(unit, +1);
   if (done >= 0 && same_chunk(unit, done) && releasable_after_backward(done)) release(done);
@@ -150,14 +150,14 @@ void UnitGathers::before_backward(int64_t unit) {
   wait(unit);
 }
 
-void UnitGathers::end_backward(int64_t chunk) {
+void Zero3Gathers::end_backward(int64_t chunk) {
   auto it = chunk_units_.find(chunk);
   if (it == chunk_units_.end()) return;
   for (int64_t unit : it->second)
     if (releasable_after_backward(unit)) release(unit);
 }
 
-double UnitGathers::take_wait_s() {
+double Zero3Gathers::take_wait_s() {
   const double s = wait_s_;
   wait_s_ = 0;
   return s;

@@ -42,13 +42,13 @@ struct Zero3Options {
   bool keep_head = false;
 };
 
-class UnitGathers {
+class Zero3Gathers {
  public:
   // Every bucket starts released (GradBuckets keeps only the shards under ZeRO-3).
-  UnitGathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options);
-  ~UnitGathers();
-  UnitGathers(const UnitGathers&) = delete;
-  UnitGathers& operator=(const UnitGathers&) = delete;
+  Zero3Gathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options);
+  ~Zero3Gathers();
+  Zero3Gathers(const Zero3Gathers&) = delete;
+  Zero3Gathers& operator=(const Zero3Gathers&) = delete;
 
   // This rank's shard of a bucket's parameters in the model dtype, the input of its all-gathers:
   // the optimizer writes each update here.
