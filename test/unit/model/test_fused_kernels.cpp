@@ -252,6 +252,23 @@ TEST_CASE("fused rope on CUDA equals Rotary::apply - heads of 64 on 16-byte pack
   }
 }
 
+namespace {
+
+// The [bench] cases' timer: milliseconds per call of `call` on the current stream, over 50 calls
+// after 3 warm-up calls.
+double time_ms(const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();
+  at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+  const int calls = 50;
+  start.record();
+  for (int i = 0; i < calls; ++i) call();
+  end.record();
+  end.synchronize();
+  return double(start.elapsed_time(end)) / calls;
+}
+
+}  // namespace
+
 // Not part of the suite ("[.]"; run it with unit_model "[bench]"): the rope kernel timed at the
 // Llama 3.2 1B bench's shapes in bf16 (seq 4096, micro-batch 4, 32 query and 8 key/value heads of
 // 64: 41.9M elements, 168 MB read and written a call), forward on the projections' outputs and
@@ -263,16 +280,6 @@ TEST_CASE("rope kernel: time per call at the Llama 3.2 1B bench's shapes", "[.][
     return;
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const auto time_ms = [&](const std::function<void()>& call) {
-    for (int i = 0; i < 3; ++i) call();
-    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
-    const int calls = 50;
-    start.record();
-    for (int i = 0; i < calls; ++i) call();
-    end.record();
-    end.synchronize();
-    return double(start.elapsed_time(end)) / calls;
-  };
   const int64_t t = 4096, b = 4, hq = 32, hk = 8, d = 64;
   const int64_t q_elems = t * b * hq * d, k_elems = t * b * hk * d;
   at::manual_seed(15);
@@ -523,16 +530,6 @@ TEST_CASE("cross-entropy kernels: time per call at the Llama 3.2 1B bench's shap
     return;
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const auto time_ms = [&](const std::function<void()>& call) {
-    for (int i = 0; i < 3; ++i) call();
-    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
-    const int calls = 50;
-    start.record();
-    for (int i = 0; i < calls; ++i) call();
-    end.record();
-    end.synchronize();
-    return double(start.elapsed_time(end)) / calls;
-  };
   const auto bf16 = kernels::ElementType::BFloat16;
   at::manual_seed(14);
   {
