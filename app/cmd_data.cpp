@@ -26,7 +26,8 @@ struct DataOptions {
 int inspect(const DataOptions& options) {
   nlohmann::json all = nlohmann::json::array();
   for (const auto& path : options.paths) {
-    const auto source = data::open_token_source(path, options.format, options.vocab_size);
+    const auto source =
+        data::open_token_source(path, *recipe::enum_from_name<recipe::DataFormat>(options.format), options.vocab_size);
     nlohmann::json item = {{"path", path},
                            {"format", source->format()},
                            {"tokens", source->token_count()},
@@ -68,7 +69,7 @@ CommandAction add_data_command(CLI::App& parent) {
                  "datasets (trainer, Megatron-LM or llm.c), validating them as training does");
   inspect_cmd->add_option("paths", options->paths, "Prefixes, files or globs, as in data.paths")->required();
   inspect_cmd->add_option("--format", options->format, "auto (default), trainer, megatron or llmc")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(data::kTokenFormats), std::end(data::kTokenFormats))));
+      ->check(CLI::IsMember(recipe::enum_names<recipe::DataFormat>()));
   inspect_cmd->add_option("--seq-len", options->seq_len, "Also count the samples of this sequence length")
       ->check(positive_integer());
   inspect_cmd->add_option("--vocab-size", options->vocab_size, "Check every token id is below this (default: none)")

@@ -19,7 +19,7 @@ namespace trainer::checkpoint {
 
 namespace fs = std::filesystem;
 
-nlohmann::json hf_config_json(const recipe::ModelConfig& m, const std::string& dtype) {
+nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dtype) {
   nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
                       {"model_type", "llama"},
                       {"vocab_size", m.vocab_size},
@@ -37,14 +37,14 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, const std::string& d
                       {"tie_word_embeddings", m.tie_word_embeddings},
                       {"attention_bias", false},
                       {"mlp_bias", false},
-                      {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"}};
+                      {"torch_dtype", dtype == recipe::Precision::BF16 ? "bfloat16" : "float32"}};
   // RoPE in both layouts: transformers 5 reads rope_parameters, older versions rope_theta and
   // rope_scaling; both describe the same rotation (read_hf_config checks that they agree).
   nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
   if (m.rope_scaling) {
     const auto& s = *m.rope_scaling;
-    nlohmann::json scaling = {{"rope_type", s.rope_type}, {"factor", s.factor}};
-    if (s.rope_type == "llama3") {
+    nlohmann::json scaling = {{"rope_type", recipe::name_of(s.rope_type)}, {"factor", s.factor}};
+    if (s.rope_type == recipe::RopeType::Llama3) {
       scaling["low_freq_factor"] = s.low_freq_factor;
       scaling["high_freq_factor"] = s.high_freq_factor;
       scaling["original_max_position_embeddings"] = s.original_max_position_embeddings;

@@ -16,7 +16,7 @@ namespace trainer::checkpoint {
 
 // The config.json of a model. UserError for models transformers' Llama/Mixtral cannot express
 // (shared experts, MoE on only some layers, a capacity factor).
-nlohmann::json hf_config_json(const recipe::ModelConfig& model, const std::string& dtype);
+nlohmann::json hf_config_json(const recipe::ModelConfig& model, recipe::Precision dtype);
 
 // Writes config.json and the weights of `loaded` (a committed checkpoint) into `out_dir`.
 // Returns the number of weight files written. Everything that can be refused (a model transformers

@@ -55,12 +55,12 @@ class OffsetDataset : public Dataset {
 std::unique_ptr<Dataset> open_evaluation_dataset(const recipe::Recipe& recipe) {
   if (!recipe.evaluation.paths.empty()) {
     recipe::Recipe held_out = recipe;
-    held_out.data.source = "tokens";
+    held_out.data.source = recipe::DataSource::Tokens;
     held_out.data.paths = recipe.evaluation.paths;
     held_out.data.weights.clear();
     return open_tokens(held_out);
   }
-  if (recipe.data.source != "synthetic")
+  if (recipe.data.source != recipe::DataSource::Synthetic)
     throw UserError("evaluation.paths is empty: name held-out token datasets to evaluate on (held-out samples "
                     "without files exist only for data.source=\"synthetic\")");
   return std::make_unique<OffsetDataset>(open_dataset(recipe), uint64_t(1) << 62);
@@ -69,12 +69,9 @@ std::unique_ptr<Dataset> open_evaluation_dataset(const recipe::Recipe& recipe) {
 std::unique_ptr<Dataset> open_dataset(const recipe::Recipe& recipe) {
   if (recipe.training.seq_len < 1)
     throw UserError(fmt::format("training.seq_len={} must be >= 1", recipe.training.seq_len));
-  const std::string& source = recipe.data.source;
-  if (source == "synthetic")
-    return std::make_unique<SyntheticDataset>(
-        default_synthetic_params(recipe.model.vocab_size, static_cast<uint64_t>(recipe.training.seed)));
-  if (source == "tokens") return open_tokens(recipe);
-  throw UserError(fmt::format("data.source=\"{}\" is not a data source; expected \"synthetic\" or \"tokens\"", source));
+  if (recipe.data.source == recipe::DataSource::Tokens) return open_tokens(recipe);
+  return std::make_unique<SyntheticDataset>(
+      default_synthetic_params(recipe.model.vocab_size, static_cast<uint64_t>(recipe.training.seed)));
 }
 
 }  // namespace trainer::data

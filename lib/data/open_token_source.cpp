@@ -47,10 +47,10 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
 }
 
 // PREFIX.idx starts with the magic of its format: trainer's TRAINIDX or Megatron's MMIDIDX.
-std::string detect_prefix_format(const std::string& prefix) {
+recipe::DataFormat detect_prefix_format(const std::string& prefix) {
   const std::string magic = first_bytes(prefix + ".idx", 9);
-  if (magic.size() >= 8 && std::memcmp(magic.data(), kIndexMagic, 8) == 0) return "trainer";
-  if (magic.size() == 9 && std::memcmp(magic.data(), kMegatronMagic, 9) == 0) return "megatron";
+  if (magic.size() >= 8 && std::memcmp(magic.data(), kIndexMagic, 8) == 0) return recipe::DataFormat::Trainer;
+  if (magic.size() == 9 && std::memcmp(magic.data(), kMegatronMagic, 9) == 0) return recipe::DataFormat::Megatron;
   throw UserError(fmt::format("{}.idx: starts with \"{}\", neither trainer's \"TRAINIDX\" nor Megatron-LM's "
                               "\"MMIDIDX\\x00\\x00\"; set data.format if the files are of a known format",
                               prefix, printable(magic)));
@@ -58,14 +58,12 @@ std::string detect_prefix_format(const std::string& prefix) {
 
 }  // namespace
 
-std::unique_ptr<TokenSource> open_token_source(const std::string& path, const std::string& format,
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, recipe::DataFormat format,
                                                int64_t vocab_size) {
-  if (std::find_if(std::begin(kTokenFormats), std::end(kTokenFormats),
-                   [&](const char* f) { return format == f; }) == std::end(kTokenFormats))
-    throw UserError(fmt::format("data.format \"{}\" is not known; expected auto, trainer, megatron or llmc", format));
+  using recipe::DataFormat;
   // A glob: llm.c shards, concatenated in name order.
   if (path.find_first_of("*?[") != std::string::npos) {
-    if (format != "auto" && format != "llmc")
+    if (format != DataFormat::Auto && format != DataFormat::Llmc)
       throw UserError(fmt::format("{}: a glob names llm.c shards, but data.format is \"{}\"", path, format));
     const auto files = expand_glob(path);
     if (files.empty()) throw UserError(fmt::format("{}: no file matches this pattern", path));
@@ -79,8 +77,8 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, const st
         !is_file(path + ".bin"))
       prefix = path.substr(0, path.size() - ext.size());
   }
-  std::string chosen = format;
-  if (chosen == "auto") {
+  DataFormat chosen = format;
+  if (chosen == DataFormat::Auto) {
     if (is_file(prefix + ".idx")) {
       chosen = detect_prefix_format(prefix);
     } else if (is_file(path)) {
@@ -88,7 +86,7 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, const st
       int32_t word = 0;
       if (magic.size() >= 4) std::memcpy(&word, magic.data(), 4);
       if (word == kLlmcMagicGpt2 || word == kLlmcMagicLlama3)
-        chosen = "llmc";
+        chosen = DataFormat::Llmc;
       else if (magic.size() == 8 && std::memcmp(magic.data(), kTokenMagic, 8) == 0)
         throw UserError(fmt::format("{}: a trainer token file without its index {}.idx", path,
                                     path.ends_with(".bin") ? path.substr(0, path.size() - 4) : path));
@@ -97,7 +95,7 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, const st
                                     "prefix P of P.bin and P.idx in trainer's or Megatron-LM's format)",
                                     path, printable(magic)));
     } else if (is_file(prefix + ".bin")) {
-      chosen = "trainer";  // reports the missing index
+      chosen = DataFormat::Trainer;  // reports the missing index
     } else {
       struct stat info {};
       if (::stat(path.c_str(), &info) == 0) RegularFile{path};  // there, but a FIFO, a device or a directory: says which
@@ -106,8 +104,8 @@ std::unique_ptr<TokenSource> open_token_source(const std::string& path, const st
                                   path, prefix, prefix));
     }
   }
-  if (chosen == "trainer") return std::make_unique<TokenFile>(TokenFile::open(prefix, vocab_size));
-  if (chosen == "megatron") return std::make_unique<MegatronFile>(MegatronFile::open(prefix, vocab_size));
+  if (chosen == DataFormat::Trainer) return std::make_unique<TokenFile>(TokenFile::open(prefix, vocab_size));
+  if (chosen == DataFormat::Megatron) return std::make_unique<MegatronFile>(MegatronFile::open(prefix, vocab_size));
   return std::make_unique<LlmcShards>(LlmcShards::open(path, {path}, vocab_size));
 }
 

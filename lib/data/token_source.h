@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "recipe/choices.h"
+
 namespace trainer::data {
 
 class TokenSource {
@@ -25,13 +27,10 @@ class TokenSource {
   virtual void read(uint64_t begin, uint64_t count, int32_t* out) const = 0;
 };
 
-// The formats data.format may name; "auto" detects the format from the files' magic numbers.
-inline constexpr const char* kTokenFormats[] = {"auto", "trainer", "megatron", "llmc"};
-
-// Opens `path` as `format` (or detected, for "auto"): a prefix P (P.bin + P.idx: trainer or
+// Opens `path` as `format` (data.format; detected from the files' magic numbers for auto): a prefix P (P.bin + P.idx: trainer or
 // Megatron), one of those two files, an llm.c shard, or a glob ("shards/train_*.bin") of llm.c
 // shards that together form one source, in name order. Throws UserError naming the path.
-std::unique_ptr<TokenSource> open_token_source(const std::string& path, const std::string& format,
+std::unique_ptr<TokenSource> open_token_source(const std::string& path, recipe::DataFormat format,
                                                int64_t vocab_size);
 
 }  // namespace trainer::data

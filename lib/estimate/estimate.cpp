@@ -26,7 +26,7 @@ struct StageTime {
 };
 
 StageTime stage_time(const JobLayout& job, const StageLayout& stage, const MicroBatchModel& model,
-                     const HardwareProfile& gpu, const std::string& dtype, const MeshPlacement& placement,
+                     const HardwareProfile& gpu, recipe::Precision dtype, const MeshPlacement& placement,
                      bool fused) {
   auto time = [&](const Segment& s) { return segment_time(s.costs, gpu, dtype, placement, fused); };
   StageTime t;
@@ -55,7 +55,7 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
       // (the norms of selective are memory-bound kernels in the backward's own time).
       const SegmentTime& f = moe ? moe_f : dense_f;
       if (job.shape.recompute == Recompute::Full) t.recompute_s += f.total();
-      if (job.shape.recompute == Recompute::Selective || job.shape.recompute == Recompute::CoreAttention)
+      if (recipe::recomputes_core_attention(job.shape.recompute))
         t.recompute_s += f.attention_s;
     }
   }
@@ -66,7 +66,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
                const HardwareProfile& gpu, const EstimateOptions& options) {
   const auto& mesh = job.mesh;
   const auto& p = r.parallel;
-  const std::string& dtype = r.training.dtype;
+  const recipe::Precision dtype = r.training.dtype;
   const MeshPlacement placement = place_groups(mesh, r.hardware.gpus_per_node);
   const double e = double(job.shape.dtype_bytes);
   const int64_t m = job.microbatches;
@@ -90,8 +90,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
 
     // Pipeline bubble: (pp - 1) idle micro-batch slots, of a chunk's length when interleaved.
     if (mesh.pp > 1) {
-      const parallel::ScheduleKind schedule = parallel::parse_schedule_kind(p.pipeline_schedule);
-      tb.bubble_s = bubble_fraction(schedule, mesh.pp, mesh.vpp, m) * double(m) * tb.microbatch_s;
+      tb.bubble_s = bubble_fraction(p.pipeline_schedule, mesh.pp, mesh.vpp, m) * double(m) * tb.microbatch_s;
     }
 
     // Data parallel: gradients reduced once per step over dp x cp (dense) and edp (experts).
@@ -102,7 +101,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       // resharded after forward, again for its backward, one unit prefetched; under pipeline
       // parallelism a stage's units stay gathered from the step's first forward on. Gradients
       // reduce-scattered every micro-batch unless accumulated unsharded (the pipeline default).
-      const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
+      const double g = p.grad_reduce_dtype == recipe::Precision::BF16 ? e : 4.0;
       const GroupPlacement& dense_group = placement.dp_cp_shard;
       const double gather = collective_seconds(CommKind::AllGather, dense_bytes, dense_group, gpu) +
                             collective_seconds(CommKind::AllGather, expert_bytes, placement.edp, gpu);
@@ -133,7 +132,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
       }
     } else {
       // Gradients are reduced in the buffers' dtype: fp32 unless parallel.grad_reduce_dtype is bf16.
-      const double g = p.grad_reduce_dtype == "bf16" ? e : 4.0;
+      const double g = p.grad_reduce_dtype == recipe::Precision::BF16 ? e : 4.0;
       const double dense_grad_bytes = g * double(stage.params.dense), expert_grad_bytes = g * double(stage.params.expert);
       const CommKind kind = p.zero >= 1 ? CommKind::ReduceScatter : CommKind::AllReduce;
       // ZeRO shards dense weights over dp x cp, or the shard group under hybrid sharding.
@@ -239,19 +238,19 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   JobEstimate out;
   out.mesh = mesh;
   out.device = gpu ? gpu->name : "cpu";
-  out.schedule = mesh.pp > 1 ? recipe.parallel.pipeline_schedule : "none";
+  out.schedule = mesh.pp > 1 ? std::string(recipe::name_of(recipe.parallel.pipeline_schedule)) : "none";
   out.microbatches = job.microbatches;
   out.counts = job.counts;
   out.tokens_per_step = double(mesh.global_batch_size) * double(recipe.training.seq_len);
   out.model_flops_per_step = job.counts.flops_per_token * out.tokens_per_step;
 
   MemoryOptions memory;
-  memory.schedule = parallel::parse_schedule_kind(recipe.parallel.pipeline_schedule);
+  memory.schedule = recipe.parallel.pipeline_schedule;
   memory.zero = recipe.parallel.zero;
   memory.grad_bucket_bytes = recipe.parallel.grad_bucket_mb * 1024 * 1024;
   memory.accumulate_unsharded = recipe.parallel.accumulate_unsharded();
   memory.reshard_after_forward = recipe.parallel.reshard_after_forward();
-  memory.grad_bytes = recipe.parallel.grad_reduce_dtype == "bf16" ? 2.0 : 4.0;
+  memory.grad_bytes = double(recipe::bytes_of(recipe.parallel.grad_reduce_dtype));
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;
   for (const auto& stage : job.stages) {

@@ -102,10 +102,8 @@ HardwareProfile parse_builtin(const std::string& file, const std::string& text) 
 
 }  // namespace
 
-double HardwareProfile::peak_flops(std::string_view dtype) const {
-  if (dtype == "bf16") return bf16_flops;
-  if (dtype == "fp32") return fp32_flops;
-  throw std::invalid_argument(fmt::format("no peak for dtype \"{}\" (expected bf16 or fp32)", dtype));
+double HardwareProfile::peak_flops(recipe::Precision dtype) const {
+  return dtype == recipe::Precision::BF16 ? bf16_flops : fp32_flops;
 }
 
 const std::vector<HardwareProfile>& builtin_profiles() {

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "recipe/choices.h"
+
 namespace trainer::estimate {
 
 // One direction of a link, per GPU.
@@ -45,7 +47,7 @@ struct HardwareProfile {
   double cublas_workspace_bytes = 0;   // allocated through the caching allocator
   double fragmentation = 1.1;          // reserved / allocated of the caching allocator
 
-  double peak_flops(std::string_view dtype) const;  // "bf16" or "fp32"
+  double peak_flops(recipe::Precision dtype) const;
 };
 
 // Every built-in profile, sorted by name.

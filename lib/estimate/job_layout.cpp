@@ -53,7 +53,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
 
   const int64_t chunks = mesh.pp * mesh.vpp;
   // The runtime's split and chunk placement (lib/parallel/pipeline): one source of truth.
-  const parallel::ScheduleKind kind = parallel::parse_schedule_kind(p.pipeline_schedule);
+  const parallel::ScheduleKind kind = p.pipeline_schedule;
   const std::vector<int64_t> split = parallel::layer_split(r, chunks);
   std::vector<int64_t> first_layer(size_t(chunks) + 1, 0);
   for (int64_t c = 0; c < chunks; ++c) first_layer[size_t(c + 1)] = first_layer[size_t(c)] + split[size_t(c)];
@@ -114,24 +114,25 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.head_dim = m.head_dim;
   sh.ffn = m.intermediate_size / p.tp;
   sh.vocab = V_rank;
-  sh.dtype_bytes = t.dtype == "fp32" ? 4 : 2;
+  sh.dtype_bytes = recipe::bytes_of(t.dtype);
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
-  sh.recompute = parse_recompute(t.recompute);
+  sh.recompute = t.recompute;
   sh.device = device;
-  if (device == Device::Gpu)
-    for (const auto& k : t.fused_kernels) {
-      sh.fused.rms_norm |= k == "rms_norm";
-      sh.fused.rope |= k == "rope";
-      sh.fused.swiglu |= k == "swiglu";
-      sh.fused.cross_entropy |= k == "cross_entropy";
-      // The GEMM accumulates into fp32 gradients only (bf16 ones take the product and an add).
-      sh.fused.grad_accumulation |= k == "grad_accumulation" && p.grad_reduce_dtype == "fp32";
-    }
+  if (device == Device::Gpu) {
+    using K = recipe::FusedKernel;
+    const auto& k = t.fused_kernels;
+    sh.fused.rms_norm = recipe::contains(k, K::RmsNorm);
+    sh.fused.rope = recipe::contains(k, K::Rope);
+    sh.fused.swiglu = recipe::contains(k, K::Swiglu);
+    sh.fused.cross_entropy = recipe::contains(k, K::CrossEntropy);
+    // The GEMM accumulates into fp32 gradients only (bf16 ones take the product and an add).
+    sh.fused.grad_accumulation = recipe::contains(k, K::GradAccumulation) && p.grad_reduce_dtype == recipe::Precision::FP32;
+  }
   sh.cpu_threads = std::max<int64_t>(1, cpu_threads);
   sh.tp = p.tp;
   sh.sequence_parallel = p.sequence_parallel;
   sh.cp = p.cp;
-  sh.ulysses = p.cp_method == "ulysses";
+  sh.ulysses = p.cp_method == recipe::CpMethod::Ulysses;
   if (m.moe) {
     const auto& moe = *m.moe;
     sh.experts = moe.num_local_experts;

@@ -12,14 +12,6 @@
 
 namespace trainer::estimate {
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::None;
-  if (name == "core_attention") return Recompute::CoreAttention;
-  if (name == "selective") return Recompute::Selective;
-  if (name == "full") return Recompute::Full;
-  throw std::invalid_argument(fmt::format("unknown recompute mode \"{}\"", name));
-}
-
 namespace {
 
 using namespace replay;

@@ -11,15 +11,14 @@
 #include <string>
 
 #include "estimate/tensor_timeline.h"
+#include "recipe/choices.h"
 
 namespace trainer::estimate {
 
 // none; core_attention: the attention core; selective: the attention core and the norms (the
 // linears after a norm compute its output again in backward); full: whole layers.
-enum class Recompute { None, CoreAttention, Selective, Full };
+using recipe::Recompute;
 enum class Device { Cpu, Gpu };
-
-Recompute parse_recompute(const std::string& name);
 
 // The shapes one rank sees for one micro-batch.
 struct RankShape {

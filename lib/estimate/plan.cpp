@@ -46,7 +46,7 @@ std::vector<std::string> overrides_of(const recipe::Recipe& base, const recipe::
       fmt::format("training.micro_batch_size={}", t.micro_batch_size),
       fmt::format("training.recompute={}", t.recompute),
   };
-  if (p.cp > 1 || p.cp_method != base.parallel.cp_method) o.push_back("parallel.cp_method=" + p.cp_method);
+  if (p.cp > 1 || p.cp_method != base.parallel.cp_method) o.push_back(fmt::format("parallel.cp_method={}", p.cp_method));
   if (r.model.moe) {
     o.push_back(fmt::format("parallel.ep={}", p.ep));
     o.push_back(fmt::format("parallel.etp={}", p.etp));
@@ -66,7 +66,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
   const auto& m = base.model;
   const auto& bt = base.training;
   PlanResult result;
-  std::map<std::tuple<std::string, int64_t, int64_t, int64_t, std::string>, bool> gpu_runnable;
+  std::map<std::tuple<recipe::ScheduleKind, int64_t, int64_t, int64_t, std::optional<recipe::CpMethod>>, bool> gpu_runnable;
   // The global batch stays what the recipe trains with: its own, or (null) one micro-batch per
   // data-parallel rank of the recipe's own layout at N GPUs.
   const int64_t recipe_dense = base.parallel.tp * base.parallel.cp * base.parallel.pp;
@@ -85,7 +85,8 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
   const std::vector<int64_t> pps = divisors(m.num_hidden_layers, N);
   std::vector<int64_t> mbss = {1, 2, 4, 8, 16};
   if (std::find(mbss.begin(), mbss.end(), bt.micro_batch_size) == mbss.end()) mbss.push_back(bt.micro_batch_size);
-  const std::vector<std::string> recomputes = {"none", "selective", "full"};
+  const std::vector<recipe::Recompute> recomputes = {recipe::Recompute::None, recipe::Recompute::Selective,
+                                                      recipe::Recompute::Full};
   std::vector<int64_t> eps = {1};
   if (m.moe) eps = divisors(m.moe->num_local_experts, N);
 
@@ -137,7 +138,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     // Plans use Ulysses for context parallelism: ring attention's blocks run
                     // FlashAttention-2, 1.6-1.9x SDPA's kernel time on an H200 (docs/benchmarks.md),
                     // which the time model does not price apart yet.
-                    p.cp_method = cp > 1 ? "ulysses" : base.parallel.cp_method;
+                    p.cp_method = cp > 1 ? recipe::CpMethod::Ulysses : base.parallel.cp_method;
                     p.pp = pp;
                     p.vpp = vpp;
                     p.dp = -1;
@@ -145,7 +146,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     p.etp = m.moe ? etp : tp;
                     p.zero = zero;
                     p.sequence_parallel = tp > 1;
-                    p.pipeline_schedule = vpp > 1 ? "interleaved_1f1b" : "1f1b";
+                    p.pipeline_schedule = vpp > 1 ? recipe::ScheduleKind::Interleaved1F1B : recipe::ScheduleKind::OneFOneB;
                     r.training.micro_batch_size = mbs;
                     r.training.global_batch_size = gbs;
                     r.training.recompute = recompute;
@@ -158,7 +159,7 @@ PlanResult plan_search(const recipe::Recipe& base, const HardwareProfile& gpu, c
                     // Plans are for GPUs: what `run` refuses there is not runnable either (the
                     // answer depends on the schedule's shape only: cached, schedules are long).
                     const auto gpu_key = std::make_tuple(p.pipeline_schedule, mesh.pp, mesh.vpp, mesh.grad_accum_steps,
-                                                         mesh.cp > 1 ? p.cp_method : std::string());
+                                                         mesh.cp > 1 ? std::optional(p.cp_method) : std::nullopt);
                     auto known = gpu_runnable.find(gpu_key);
                     if (known == gpu_runnable.end())
                       known = gpu_runnable.emplace(gpu_key, parallel::gpu_support_problems(r, mesh).empty()).first;
@@ -210,10 +211,10 @@ nlohmann::json plan_json(const PlanResult& result, const HardwareProfile& gpu, c
         {"parallel",
          {{"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"vpp", p.vpp}, {"ep", p.ep}, {"etp", p.etp}, {"dp", e.mesh.dp},
           {"edp", e.mesh.edp}, {"zero", p.zero}, {"sequence_parallel", p.sequence_parallel},
-          {"pipeline_schedule", p.pipeline_schedule}}},
+          {"pipeline_schedule", recipe::name_of(p.pipeline_schedule)}}},
         {"training",
          {{"micro_batch_size", c.recipe.training.micro_batch_size},
-          {"recompute", c.recipe.training.recompute},
+          {"recompute", recipe::name_of(c.recipe.training.recompute)},
           {"microbatches", e.microbatches}}},
         {"memory",
          {{"peak_bytes", e.peak_bytes},
@@ -286,7 +287,7 @@ std::string plan_text(const PlanResult& result, const HardwareProfile& gpu, cons
     line(fmt::format("{:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>3} {:>5} {:>4} {:>9} {:>4} {:>16} {:>10} {:>8.3f}s {:>10.0f} "
                      "{:>8.0f} {:>5.1f}%",
                      ++rank, p.tp, p.cp, p.pp, p.vpp, p.ep, p.etp, e.mesh.dp, c.recipe.training.micro_batch_size,
-                     c.recipe.training.recompute, p.zero, p.pp > 1 ? p.pipeline_schedule : "-",
+                     c.recipe.training.recompute, p.zero, p.pp > 1 ? recipe::name_of(p.pipeline_schedule) : std::string_view("-"),
                      format_bytes(e.device_total_bytes), e.step_time_s, e.tokens_per_s, e.tokens_per_s_per_gpu,
                      100 * e.mfu) +
          (options.runnable_only ? "" : c.runnable ? "  yes" : "  no"));

@@ -75,11 +75,11 @@ class ReplayOps {
 
   bool sp() const { return s_.sequence_parallel && s_.tp > 1; }
   // The attention core runs without autograd and again in backward (core_attention, selective).
-  bool core_recompute() const { return s_.recompute == Recompute::Selective || s_.recompute == Recompute::CoreAttention; }
+  bool core_recompute() const { return recipe::recomputes_core_attention(s_.recompute); }
   // The linears after a norm compute its output again in backward (selective).
-  bool norm_recompute() const { return s_.recompute == Recompute::Selective; }
+  bool norm_recompute() const { return recipe::lean_layers(s_.recompute); }
   // Lean layers: the norm function, the SwiGLU product recomputed (selective).
-  bool lean() const { return s_.recompute == Recompute::Selective; }
+  bool lean() const { return recipe::lean_layers(s_.recompute); }
   int64_t T() const { return s_.tokens(); }
   int64_t Tn() const { return s_.norm_tokens(); }
   int64_t H() const { return s_.hidden; }

@@ -117,7 +117,7 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
       a.push_back("time: memory-bound operations fused as torch.compile would (a third of the unfused ops' traffic "
                   "and launches; training.fused_kernels not applied)");
     } else {
-      const auto& k = c.recipe ? c.recipe->training.fused_kernels : std::vector<std::string>{};
+      const auto& k = c.recipe ? c.recipe->training.fused_kernels : std::vector<recipe::FusedKernel>{};
       a.push_back(k.empty() ? std::string("time: memory-bound operations as the unfused ATen ops run them "
                                           "(training.fused_kernels is [])")
                             : fmt::format("time: memory-bound operations as the trainer runs them, with the fused "
@@ -149,9 +149,9 @@ json estimate_json(const JobEstimate& e, const ReportContext& c) {
     out["parallel"] = {{"zero", p.zero},
                        {"sequence_parallel", p.sequence_parallel},
                        {"pipeline_schedule", e.schedule},
-                       {"cp_method", p.cp_method},
-                       {"recompute", t.recompute},
-                       {"dtype", t.dtype},
+                       {"cp_method", recipe::name_of(p.cp_method)},
+                       {"recompute", recipe::name_of(t.recompute)},
+                       {"dtype", recipe::name_of(t.dtype)},
                        {"seq_len", t.seq_len}};
   }
   out["model"] = {{"parameters", e.counts.total_params},

@@ -25,7 +25,7 @@ void SegmentTime::add(const SegmentTime& o, double times) {
   kernels += o.kernels * times;
 }
 
-SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const std::string& dtype,
+SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, recipe::Precision dtype,
                          const MeshPlacement& placement, bool fused_kernels) {
   SegmentTime t;
   t.kernels = double(costs.gemms.size()) + double(costs.memory_kernels) + double(costs.attention_calls) +

@@ -29,7 +29,7 @@ struct SegmentTime {
 
 // `fused_kernels`: memory-bound work as fused kernels would do it (Megatron/TE, torch.compile):
 // a third of our eager implementation's traffic and launches.
-SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, const std::string& dtype,
+SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, recipe::Precision dtype,
                          const MeshPlacement& placement, bool fused_kernels);
 
 }  // namespace trainer::estimate

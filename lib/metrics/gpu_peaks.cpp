@@ -48,10 +48,8 @@ const std::vector<GpuPeak>& gpu_peak_table() {
   return table;
 }
 
-double dense_peak_tflops(const GpuPeak& gpu, std::string_view dtype) {
-  if (dtype == "bf16") return gpu.bf16_tflops;
-  if (dtype == "fp32") return gpu.fp32_tflops;
-  throw std::invalid_argument("dense_peak_tflops: no peak for dtype \"" + std::string(dtype) + "\" (expected bf16 or fp32)");
+double dense_peak_tflops(const GpuPeak& gpu, recipe::Precision dtype) {
+  return dtype == recipe::Precision::BF16 ? gpu.bf16_tflops : gpu.fp32_tflops;
 }
 
 std::optional<GpuPeak> gpu_peak_for_key(std::string_view key) {

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "recipe/choices.h"
+
 namespace trainer::metrics {
 
 struct GpuPeak {
@@ -25,10 +27,9 @@ const std::vector<GpuPeak>& gpu_peak_table();
 // std::nullopt for a device that is not in the table (or not recognised unambiguously).
 std::optional<GpuPeak> gpu_peak_for_device_name(std::string_view device_name);
 
-// The dense peak that bounds training in `dtype`, in TFLOP/s: "bf16" -> bf16_tflops; "fp32" ->
+// The dense peak that bounds training in `dtype`, in TFLOP/s: bf16 -> bf16_tflops; fp32 ->
 // fp32_tflops (libtorch leaves TF32 off for matmuls by default, so fp32 runs on the CUDA cores).
-// Throws std::invalid_argument for any other dtype.
-double dense_peak_tflops(const GpuPeak& gpu, std::string_view dtype);
+double dense_peak_tflops(const GpuPeak& gpu, recipe::Precision dtype);
 
 // The entry whose key is `key` (case-insensitive), std::nullopt when there is none.
 std::optional<GpuPeak> gpu_peak_for_key(std::string_view key);

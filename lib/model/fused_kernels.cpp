@@ -1,32 +1,26 @@
 #include "model/fused_kernels.h"
 
-#include <stdexcept>
-
-#include "recipe/recipe.h"
 
 namespace trainer::model {
 
-const std::vector<std::string>& FusedKernels::all_names() { return recipe::fused_kernel_names(); }
-
-FusedKernels FusedKernels::from_names(const std::vector<std::string>& names) {
+FusedKernels FusedKernels::from(const std::vector<recipe::FusedKernel>& kernels) {
+  using K = recipe::FusedKernel;
   FusedKernels k;
-  for (const auto& n : names) {
-    if (n == "rms_norm") k.rms_norm = true;
-    else if (n == "rope") k.rope = true;
-    else if (n == "swiglu") k.swiglu = true;
-    else if (n == "cross_entropy") k.cross_entropy = true;
-    else if (n == "grad_accumulation") k.grad_accumulation = true;
-    else throw std::invalid_argument("unknown fused kernel " + n);
-  }
+  k.rms_norm = recipe::contains(kernels, K::RmsNorm);
+  k.rope = recipe::contains(kernels, K::Rope);
+  k.swiglu = recipe::contains(kernels, K::Swiglu);
+  k.cross_entropy = recipe::contains(kernels, K::CrossEntropy);
+  k.grad_accumulation = recipe::contains(kernels, K::GradAccumulation);
   return k;
 }
 
-std::vector<std::string> FusedKernels::names() const {
-  std::vector<std::string> out;
-  for (const auto& [on, name] : std::vector<std::pair<bool, const char*>>{
-           {rms_norm, "rms_norm"}, {rope, "rope"}, {swiglu, "swiglu"}, {cross_entropy, "cross_entropy"},
-           {grad_accumulation, "grad_accumulation"}})
-    if (on) out.emplace_back(name);
+std::vector<recipe::FusedKernel> FusedKernels::list() const {
+  using K = recipe::FusedKernel;
+  std::vector<K> out;
+  for (const auto& [on, kernel] : {std::pair{rms_norm, K::RmsNorm}, std::pair{rope, K::Rope}, std::pair{swiglu, K::Swiglu},
+                                   std::pair{cross_entropy, K::CrossEntropy},
+                                   std::pair{grad_accumulation, K::GradAccumulation}})
+    if (on) out.push_back(kernel);
   return out;
 }
 

@@ -17,16 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "recipe/choices.h"
+
 namespace trainer::model {
 
 struct FusedKernels {
   bool rms_norm = false, rope = false, swiglu = false, cross_entropy = false, grad_accumulation = false;
 
-  // The names above; an unknown name throws std::invalid_argument (the recipe schema has refused it
-  // already).
-  static FusedKernels from_names(const std::vector<std::string>& names);
-  static const std::vector<std::string>& all_names();
-  std::vector<std::string> names() const;
+  // The kernels the recipe lists (training.fused_kernels), and every kernel.
+  static FusedKernels from(const std::vector<recipe::FusedKernel>& kernels);
+  static FusedKernels all() { return from(recipe::all_fused_kernels()); }
+  // The kernels switched on, in recipe/choices.h's order.
+  std::vector<recipe::FusedKernel> list() const;
 };
 
 // Whether a fused kernel takes `x`: a CUDA tensor of bf16 or fp32.

@@ -28,10 +28,10 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
       num_experts_(config.moe->num_local_experts),
       top_k_(config.moe->num_experts_per_tok),
       capacity_factor_(config.moe->capacity_factor),
-      global_scope_(config.moe->aux_loss_scope == "global_batch") {
+      global_scope_(config.moe->aux_loss_scope == recipe::AuxLossScope::GlobalBatch) {
   const auto& moe = *config.moe;
   router_options_.top_k = top_k_;
-  router_options_.sigmoid = moe.scoring_func == "sigmoid";
+  router_options_.sigmoid = moe.scoring_func == recipe::ScoringFunc::Sigmoid;
   router_options_.n_group = moe.n_group;
   router_options_.topk_group = moe.topk_group;
   router_options_.normalize = moe.norm_topk_prob;

@@ -11,7 +11,7 @@ std::vector<double> rotary_inverse_frequencies(int64_t head_dim, double theta,
   std::vector<double> inv(head_dim / 2);
   for (int64_t i = 0; i < head_dim / 2; ++i) inv[i] = 1.0 / std::pow(theta, double(2 * i) / double(head_dim));
   if (!scaling) return inv;
-  if (scaling->rope_type == "linear") {
+  if (scaling->rope_type == recipe::RopeType::Linear) {
     for (auto& f : inv) f /= scaling->factor;
     return inv;
   }

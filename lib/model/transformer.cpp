@@ -13,14 +13,6 @@
 
 namespace trainer::model {
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::None;
-  if (name == "core_attention") return Recompute::CoreAttention;
-  if (name == "selective") return Recompute::Selective;
-  if (name == "full") return Recompute::Full;
-  throw std::invalid_argument("unknown recompute mode " + name);
-}
-
 DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
                            ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
                            const FusedKernels& kernels)
@@ -131,8 +123,8 @@ void Transformer::begin_step() const {
 at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
                                    const at::Tensor& token_keys, at::Tensor* aux) const {
   // selective: the attention core and the norms; core_attention: the attention core only.
-  const bool core = options_.recompute == Recompute::Selective || options_.recompute == Recompute::CoreAttention;
-  const bool lean = options_.recompute == Recompute::Selective;
+  const bool core = recipe::recomputes_core_attention(options_.recompute);
+  const bool lean = recipe::lean_layers(options_.recompute);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (layer_index_[i] < chunk.first_layer || layer_index_[i] >= chunk.end_layer) continue;
     const DecoderLayer& layer = layers_[i];
@@ -222,7 +214,7 @@ ForwardOutput Transformer::forward(const at::Tensor& inputs, const at::Tensor& t
 
 at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const {
   params_.before_forward(head_unit());
-  const at::Tensor h = final_norm_.forward(x, options_.recompute == Recompute::Selective);
+  const at::Tensor h = final_norm_.forward(x, recipe::lean_layers(options_.recompute));
   // The LM head is column-parallel over the vocabulary: each tp rank computes its columns for the
   // whole sequence (gathered from the sequence-parallel chunks; the gradient is reduce-scattered
   // back, or all-reduced without sp). Head and loss run together in chunks of rows

@@ -26,8 +26,7 @@ constexpr int64_t kIgnoreIndex = -100;
 // none: nothing recomputed; core_attention: the attention core recomputed in backward; selective:
 // the attention core, the norms' outputs and normalised values and the MLP's activation product
 // (lean layers); full: whole layers.
-enum class Recompute { None, CoreAttention, Selective, Full };
-Recompute parse_recompute(const std::string& name);
+using recipe::Recompute;
 
 // One model chunk a pipeline stage holds: decoder layers [first_layer, end_layer), with the
 // embedding when it is the model's first chunk and the final norm, LM head and loss when it is its

@@ -34,8 +34,8 @@ void AdamW::step(double lr) {
     const auto run = [&] {
       if (weights.empty()) return;
       at::_foreach_add_(steps, 1.0);
-      at::_fused_adamw_(weights, grads, avgs, avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1,
-                        config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+      at::_fused_adamw_(weights, grads, avgs, avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, config_.beta1(),
+                        config_.beta2(), group.weight_decay, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
       for (auto* v : {&weights, &grads, &avgs, &avg_sqs, &steps}) v->clear();
       copied_bytes = 0;
     };

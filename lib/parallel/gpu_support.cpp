@@ -10,8 +10,8 @@ std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const rec
   std::vector<std::string> problems;
   // NCCL matches point-to-point messages by posting order alone (the executor's tags serve Gloo,
   // which parallel.backend "gloo" uses on GPUs too).
-  if (mesh.pp > 1 && r.parallel.backend != "gloo") {
-    const ScheduleSpec spec{parse_schedule_kind(r.parallel.pipeline_schedule), mesh.pp, mesh.vpp, mesh.grad_accum_steps};
+  if (mesh.pp > 1 && r.parallel.backend != recipe::Backend::Gloo) {
+    const ScheduleSpec spec{r.parallel.pipeline_schedule, mesh.pp, mesh.vpp, mesh.grad_accum_steps};
     if (!in_order_per_stage_pair(spec))
       problems.push_back(fmt::format(
           "parallel.pipeline_schedule=\"{}\" at parallel.pp={} with {} micro-batches per step sends activations and "
@@ -21,8 +21,8 @@ std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const rec
   }
   // Ring attention's blocks call ATen's CUDA flash kernel on GPUs (parallel/context/attention_block.cpp),
   // which takes 16-bit inputs with a head size that is a multiple of 8, at most 256.
-  if (mesh.cp > 1 && r.parallel.cp_method == "ring") {
-    if (r.training.dtype != "bf16")
+  if (mesh.cp > 1 && r.parallel.cp_method == recipe::CpMethod::Ring) {
+    if (r.training.dtype != recipe::Precision::BF16)
       problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" on GPUs runs the flash attention "
                                      "kernel, which takes bf16, but training.dtype is \"{}\"; use training.dtype="
                                      "\"bf16\" or parallel.cp_method=\"ulysses\"",

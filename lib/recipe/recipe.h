@@ -1,20 +1,46 @@
 #pragma once
 // The resolved recipe as typed values: defaults applied, derived fields filled in
-// (num_key_value_heads, head_dim, moe_intermediate_size, etp), every rule checked.
-// Obtained from load_recipe() (recipe/load.h); torch-free, shared by the runtime and the estimator.
+// (num_key_value_heads, head_dim, moe_intermediate_size, etp), every rule checked, enum-like keys
+// as the enums of choices.h. Obtained from load_recipe() (recipe/load.h); torch-free, shared by the
+// runtime and the estimator.
+//
+// One declaration per key: each section's member (with its default as the initial value) and its
+// row in the section's keys() table (JSON name, rules, doc; field.h). Validation's schema, the JSON
+// round trip and docs/recipe.md's key tables are made from these tables; adding a key is a member
+// and a row here, plus its use.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "recipe/choices.h"
+#include "recipe/field.h"
+
 namespace trainer::recipe {
 
 struct RopeScaling {
-  std::string rope_type = "llama3";
+  RopeType rope_type = RopeType::Llama3;
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("rope_type", &RopeScaling::rope_type, any(),
+        "Scaling method: `llama3` (Llama 3.1: long wavelengths divided by `factor`, short ones "
+        "kept, a smooth ramp between) or `linear` (positions divided by `factor`).");
+    t.key("factor", &RopeScaling::factor, positive(),
+        "Context extension factor.");
+    t.key("low_freq_factor", &RopeScaling::low_freq_factor, positive(),
+        "llama3: low-frequency factor; must be below `model.rope_scaling.high_freq_factor`.");
+    t.key("high_freq_factor", &RopeScaling::high_freq_factor, positive(),
+        "llama3: high-frequency factor.");
+    t.key("original_max_position_embeddings", &RopeScaling::original_max_position_embeddings, at_least(1),
+        "llama3: context length of the original model.");
+  }
 };
 
 struct MoeConfig {
@@ -24,18 +50,77 @@ struct MoeConfig {
   int64_t num_shared_experts = 0;
   double router_aux_loss_coef = 0.01;
   double router_z_loss_coef = 0.0;        // ST-MoE router z-loss weight; 0: off
-  // Routing: "softmax" (Mixtral) or "sigmoid" (DeepSeek-V3) scores; group-limited routing picks
+  // Routing: softmax (Mixtral) or sigmoid (DeepSeek-V3) scores; group-limited routing picks
   // topk_group of n_group expert groups per token first; the combine weights are the chosen scores,
   // renormalised over k when norm_topk_prob, times routed_scaling_factor.
-  std::string scoring_func = "softmax";
+  ScoringFunc scoring_func = ScoringFunc::Softmax;
   int64_t n_group = 1;
   int64_t topk_group = 1;
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
   double bias_update_rate = 0.0;  // auxiliary-loss-free balancing (DeepSeek-V3); 0: off
-  std::string aux_loss_scope = "micro_batch";
+  AuxLossScope aux_loss_scope = AuxLossScope::MicroBatch;
   std::optional<double> capacity_factor;  // none: dropless
   std::vector<int64_t> layers;            // indices of MoE layers (all when the recipe says null)
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("num_local_experts", &MoeConfig::num_local_experts, required().at_least(1),
+        "Routed experts per MoE layer.");
+    t.key("num_experts_per_tok", &MoeConfig::num_experts_per_tok, at_least(1),
+        "Experts each token is routed to (top-k).");
+    t.key("moe_intermediate_size", &MoeConfig::moe_intermediate_size, at_least(1).or_same_as("model.intermediate_size"),
+        "Width of one expert's SwiGLU MLP; null: `model.intermediate_size`.");
+    t.key("num_shared_experts", &MoeConfig::num_shared_experts, at_least(0),
+        "Experts every token passes through besides the routed ones (each of width "
+        "`moe_intermediate_size`).");
+    t.key("router_aux_loss_coef", &MoeConfig::router_aux_loss_coef, at_least(0),
+        "Weight of the load-balancing loss N_E * sum_i f_i * p_i (f_i: fraction of tokens routed "
+        "to expert i, p_i: mean router probability of expert i).");
+    t.key("router_z_loss_coef", &MoeConfig::router_z_loss_coef, at_least(0),
+        "Weight of the router z-loss mean(logsumexp(router logits)^2) (ST-MoE), per micro-batch; "
+        "0: off. Reported as `z_loss` in the metrics file.");
+    t.key("scoring_func", &MoeConfig::scoring_func, any(),
+        "Router scores: a softmax over the experts (Mixtral) or a sigmoid per expert "
+        "(DeepSeek-V3). With sigmoid, the load-balancing loss uses the scores normalised per "
+        "token.");
+    t.key("n_group", &MoeConfig::n_group, at_least(1),
+        "Group-limited routing (DeepSeek-V3): the experts form `n_group` equal groups (at least 2 "
+        "experts each); a token may use the `topk_group` groups whose two best scores sum "
+        "highest. 1: none.");
+    t.key("topk_group", &MoeConfig::topk_group, at_least(1).or_same_as("model.moe.n_group"),
+        "Groups each token may use; null: `n_group` (no limit).");
+    t.key("norm_topk_prob", &MoeConfig::norm_topk_prob, any(),
+        "Renormalise the chosen experts' scores to sum to 1 before weighting their outputs "
+        "(Mixtral, DeepSeek-V3: true; Qwen-MoE: false).");
+    t.key("routed_scaling_factor", &MoeConfig::routed_scaling_factor, positive(),
+        "Factor on the routed experts' combine weights (DeepSeek-V3: 2.5).");
+    t.key("bias_update_rate", &MoeConfig::bias_update_rate, at_least(0),
+        "Auxiliary-loss-free load balancing (DeepSeek-V3): each MoE layer keeps a per-expert bias "
+        "added to the routing scores for the choice of experts only (not the combine weights); "
+        "after every optimizer step each bias moves by `bias_update_rate * sign(mean load - "
+        "load)`, the loads counted over the whole step on all ranks. The biases are saved in "
+        "checkpoints (manifest `extra.moe_routing_bias`) and resume on any mesh. DeepSeek-V3: "
+        "0.001 (with a tiny `router_aux_loss_coef`). 0: off.");
+    t.key("aux_loss_scope", &MoeConfig::aux_loss_scope, any(),
+        "Where expert frequencies f_i are counted. `micro_batch`: over the micro-batch (summed "
+        "over the tp x cp ranks that hold its parts). `global_batch` (Megatron's global-batch "
+        "balancing, \"Demons in the Detail\"): over the micro-batches in flight at the same time "
+        "on all tp x dp x cp ranks (one time slot), accumulated over the step's slots so far and "
+        "reset each step; the loss is then one per slot, averaged over the slots. It therefore "
+        "depends on how the global batch is split into micro-batches per rank (dp, "
+        "micro_batch_size), not on ep, tp or cp.");
+    t.key("capacity_factor", &MoeConfig::capacity_factor, positive(),
+        "Each expert takes at most ceil(capacity_factor * tokens * k / experts) token copies, "
+        "counted over the whole micro-batch (all tp x cp ranks holding its parts): the copies "
+        "with the highest router probability, ties to the earlier token (position, then sample); "
+        "the others are dropped (the token keeps its other experts and the residual). The drops "
+        "do not depend on the mesh. null: dropless.");
+    t.key("layers", &MoeConfig::layers, at_least(0).or_computed(),
+        "Indices (0-based) of the layers whose feed-forward is MoE; the others are dense with "
+        "`model.intermediate_size`. null: all layers.");
+  }
 };
 
 struct ModelConfig {
@@ -64,6 +149,58 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
 
   bool is_moe_layer(int64_t layer) const;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("hf_config", &ModelConfig::hf_config, any(),
+        "Path of a local Hugging Face `config.json`, or of the directory holding it, to read the "
+        "model from; fields given in the recipe override it (relative paths: see "
+        "[Paths](#paths)). null: none. See [model.hf_config](#modelhf_config).");
+    t.key("init_from", &ModelConfig::init_from, any(),
+        "Directory of Hugging Face weights (`model.safetensors`, or "
+        "`model.safetensors.index.json` with its shards) to start training from instead of random "
+        "initialisation; every parameter must be there with its global shape, and a tensor the "
+        "model has no parameter for (another layer count, an untied head) is an error. A "
+        "checkpoint to resume from takes precedence (the run says that init_from is ignored). "
+        "Export with `trainer ckpt export DIR --hf OUT`.");
+    t.key("vocab_size", &ModelConfig::vocab_size, required().at_least(1),
+        "Vocabulary size.");
+    t.key("hidden_size", &ModelConfig::hidden_size, required().at_least(1),
+        "Width of the residual stream.");
+    t.key("intermediate_size", &ModelConfig::intermediate_size, required().at_least(1),
+        "Width of the dense SwiGLU MLP.");
+    t.key("num_hidden_layers", &ModelConfig::num_hidden_layers, required().at_least(1),
+        "Number of transformer layers.");
+    t.key("num_attention_heads", &ModelConfig::num_attention_heads, required().at_least(1),
+        "Query heads.");
+    t.key("num_key_value_heads", &ModelConfig::num_key_value_heads, at_least(1).or_same_as("model.num_attention_heads"),
+        "Key/value heads (grouped-query attention); null: `model.num_attention_heads` (multi-head "
+        "attention).");
+    t.key("head_dim", &ModelConfig::head_dim, at_least(1).or_computed(),
+        "Width of one head; null: `model.hidden_size / model.num_attention_heads` (which must "
+        "divide).");
+    t.key("rope_theta", &ModelConfig::rope_theta, positive(),
+        "Base of the rotary embedding.");
+    t.section("rope_scaling", &ModelConfig::rope_scaling,
+        "Rotary frequency scaling as in Hugging Face (Llama 3.1 uses rope_type `llama3`); null: none. "
+        "See [model.rope_scaling](#modelrope_scaling).");
+    t.key("rms_norm_eps", &ModelConfig::rms_norm_eps, positive(),
+        "Epsilon of RMSNorm.");
+    t.key("tie_word_embeddings", &ModelConfig::tie_word_embeddings, any(),
+        "Share the token embedding with the LM head.");
+    t.key("make_vocab_size_divisible_by", &ModelConfig::make_vocab_size_divisible_by, at_least(1),
+        "The embedding and LM head are padded to a multiple of this x `parallel.tp` rows "
+        "(Megatron's padding; zero rows outside the softmax, never in checkpoints or exports). 1 "
+        "pads only to a multiple of tp.");
+    t.key("max_position_embeddings", &ModelConfig::max_position_embeddings, at_least(1),
+        "Longest sequence the model is meant for; `training.seq_len` may not exceed it.");
+    t.key("initializer_range", &ModelConfig::initializer_range, positive(),
+        "Standard deviation of the normal initialisation of weights.");
+    t.section("moe", &ModelConfig::moe,
+        "Mixture of experts in the feed-forward layers; null: a dense model. See "
+        "[model.moe](#modelmoe).");
+  }
 };
 
 struct ParallelConfig {
@@ -71,10 +208,10 @@ struct ParallelConfig {
   int64_t dp = -1;  // -1 until a world size is known
   bool sequence_parallel = false;
   int64_t zero = 0;
-  std::string pipeline_schedule = "1f1b";
+  ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
   // Decoder layers per model chunk (pp * vpp entries in model order); empty: a balanced split.
   std::vector<int64_t> pipeline_layout;
-  std::string cp_method = "ring";
+  CpMethod cp_method = CpMethod::Ring;
   double grad_bucket_mb = 40.0;
   bool overlap_grad_reduce = true;
   // ZeRO-2/3: accumulate full gradients over micro-batches and reduce-scatter once per step
@@ -93,17 +230,102 @@ struct ParallelConfig {
   int64_t dp_shard = -1;
   // ZeRO: parameter all-gathers after the optimizer step overlap the next forward.
   bool overlap_param_gather = true;
-  std::string grad_reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 or bf16
+  Precision grad_reduce_dtype = Precision::FP32;  // gradient accumulation and reduction
   double collective_timeout_s = 600.0;
-  // "auto" (NCCL on GPUs, Gloo on the CPU), "nccl", or "gloo" (host memory; ranks may share a GPU).
-  std::string backend = "auto";
-};
+  // Auto (NCCL on GPUs, Gloo on the CPU), Nccl, or Gloo (host memory; ranks may share a GPU).
+  Backend backend = Backend::Auto;
 
-// The fused GPU kernels training.fused_kernels can name (model/fused_kernels.h).
-inline const std::vector<std::string>& fused_kernel_names() {
-  static const std::vector<std::string> names{"rms_norm", "rope", "swiglu", "cross_entropy", "grad_accumulation"};
-  return names;
-}
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("tp", &ParallelConfig::tp, at_least(1),
+        "Tensor-parallel size (heads, MLP columns and the vocabulary are split); `trainer run` "
+        "takes it for dense models ([distributed.md](distributed.md#tensor-parallelism)).");
+    t.key("pp", &ParallelConfig::pp, at_least(1),
+        "Pipeline-parallel size (stages).");
+    t.key("vpp", &ParallelConfig::vpp, at_least(1),
+        "Model chunks per pipeline stage (virtual stages); > 1 needs `parallel.pipeline_schedule` "
+        "`interleaved_1f1b`, or `zbv` with exactly 2.");
+    t.key("cp", &ParallelConfig::cp, at_least(1),
+        "Context-parallel size (the sequence is split into 2 x cp chunks, rank r holding chunks r "
+        "and 2cp-1-r).");
+    t.key("ep", &ParallelConfig::ep, at_least(1),
+        "Expert-parallel size (MoE layers; each ep rank holds whole experts).");
+    t.key("etp", &ParallelConfig::etp, at_least(1).or_same_as("parallel.tp"),
+        "Tensor-parallel size inside experts; null: `parallel.tp`.");
+    t.key("dp", &ParallelConfig::dp, at_least(-1),
+        "Data-parallel size; -1: world size / (tp x cp x pp) (0 is refused). A positive value "
+        "fixes the world size to tp x cp x dp x pp, and `validate` then checks the mesh without "
+        "`--world-size`.");
+    t.key("sequence_parallel", &ParallelConfig::sequence_parallel, any(),
+        "With tp > 1: shard the activations between blocks (residual stream, norms) along the "
+        "sequence across tp ranks (reduce-scatter/all-gather instead of all-reduce; norm "
+        "gradients summed over tp) ([distributed.md](distributed.md#tensor-parallelism)).");
+    t.key("zero", &ParallelConfig::zero, between(0, 3),
+        "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters (gathered "
+        "layer by layer where they are used), over the data- and context-parallel ranks (experts "
+        "over their edp ranks).");
+    t.key("pipeline_schedule", &ParallelConfig::pipeline_schedule, any().one_of({"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"}),
+        "Pipeline schedule ([distributed.md](distributed.md#pipeline-schedules); `trainer "
+        "schedule` draws any of them).");
+    t.key("pipeline_layout", &ParallelConfig::pipeline_layout, at_least(0).null_is_empty(),
+        "Decoder layers of each model chunk in model order (pp x vpp entries summing to "
+        "`num_hidden_layers`; chunks between the first and the last need one at least). null: a "
+        "balanced split that counts the LM head and loss of the last chunk as extra layers of "
+        "work (vocabulary x hidden / one layer's weights).");
+    t.key("grad_bucket_mb", &ParallelConfig::grad_bucket_mb, positive(),
+        "Size of the data-parallel gradient buckets in MiB; each bucket's reduction starts as "
+        "soon as its last gradient is ready during backward.");
+    t.key("overlap_grad_reduce", &ParallelConfig::overlap_grad_reduce, any(),
+        "Start bucket reductions during backward; `false` starts them all after backward (for "
+        "comparison, see `scripts/bench_dp`).");
+    t.key("overlap_param_gather", &ParallelConfig::overlap_param_gather, any(),
+        "ZeRO 1 and 2: the updated parameters' all-gather runs bucket by bucket behind the next "
+        "forward, each bucket waited for just before the first layer that uses it "
+        "(`dp_overlap.param_gather_wait_s` in the metrics: the time waited); `false` gathers "
+        "everything in the optimizer step (for comparison, see `scripts/bench_zero`). ZeRO-3 "
+        "always gathers each unit just before its use with the next one prefetched.");
+    t.key("dp_shard", &ParallelConfig::dp_shard, at_least(-1),
+        "Hybrid sharding (ZeRO 1, 2 and 3, dense models; HSDP under ZeRO-3): ZeRO shards "
+        "optimizer states (ZeRO-2 also gradients, ZeRO-3 also parameters) over groups of "
+        "`dp_shard` data-parallel ranks (x cp), normally one node, and replicates across the "
+        "groups; each shard's gradients are all-reduced between its replicas, parameters are "
+        "gathered inside the group only. The shard group (tp x cp x dp_shard ranks) must divide "
+        "`hardware.gpus_per_node`. -1: shard over all of dp. `run` refuses it for MoE models.");
+    t.key("zero_accumulate_unsharded", &ParallelConfig::zero_accumulate_unsharded, any(),
+        "ZeRO-2 and 3 with gradient accumulation: accumulate full gradients over the "
+        "micro-batches and reduce-scatter once per step (less communication, ZeRO-1's gradient "
+        "memory during backward); `false`: every micro-batch reduce-scatters into the gradient "
+        "shard (least memory). `null`: `true` for ZeRO-3 under pipeline parallelism (torchtitan's "
+        "default), `false` otherwise.");
+    t.key("zero3_reshard_after_forward", &ParallelConfig::zero3_reshard_after_forward, any(),
+        "ZeRO-3: free each unit's (layer's) gathered parameters after its forward and gather them "
+        "again, prefetched, for its backward (least memory; FSDP's `reshard_after_forward`); "
+        "`false`: keep them from forward to backward (one all-gather less per layer and "
+        "micro-batch, a model's worth of parameters at the start of backward). `null`: `true` "
+        "without pipeline parallelism; with it `false`, and a stage keeps its units gathered for "
+        "all of the step's micro-batches (torchtitan's default).");
+    t.key("grad_reduce_dtype", &ParallelConfig::grad_reduce_dtype, any().one_of({"fp32", "bf16"}),
+        "Gradients are accumulated over micro-batches and reduced across ranks in this dtype "
+        "(Megatron's and torchtitan's default is fp32 for bf16 training); `bf16` (only with "
+        "`training.dtype` bf16) halves their memory and traffic at some precision, like "
+        "Megatron's `--grad-reduce-in-bf16`.");
+    t.key("collective_timeout_s", &ParallelConfig::collective_timeout_s, positive(),
+        "A collective or the rendezvous taking longer fails the job with a message naming the "
+        "operation, the group and the step.");
+    t.key("backend", &ParallelConfig::backend, any(),
+        "Communication between ranks. `auto`: NCCL on GPUs (one GPU per local rank; more workers "
+        "than GPUs is refused), Gloo on the CPU. `nccl`: the same, refused without a GPU. `gloo`: "
+        "Gloo through host memory on GPUs too, CUDA tensors staged through pinned host buffers, "
+        "so several ranks may share one GPU (local rank r computes on GPU r mod the GPU count): "
+        "for testing every parallel path on a one-GPU machine, not for speed "
+        "([distributed.md](distributed.md#several-ranks-on-one-gpu)).");
+    t.key("cp_method", &ParallelConfig::cp_method, any(),
+        "Context parallelism: ring attention (K/V passed around the cp ranks; on GPUs in bf16 "
+        "only, the flash kernel's type) or Ulysses (all-to-all of heads) "
+        "([distributed.md](distributed.md#context-parallelism)).");
+  }
+};
 
 struct TrainingConfig {
   int64_t seq_len = 2048;
@@ -111,36 +333,139 @@ struct TrainingConfig {
   std::optional<int64_t> global_batch_size;  // none until dp is known when the recipe says null
   int64_t steps = 1000;
   int64_t seed = 1234;
-  std::string dtype = "bf16";
-  std::string recompute = "none";
+  Precision dtype = Precision::BF16;
+  Recompute recompute = Recompute::None;
   double grad_clip = 1.0;
-  // Fused GPU kernels used on CUDA (model/fused_kernels.h); the recipe's default is all of them.
-  std::vector<std::string> fused_kernels = fused_kernel_names();
+  // Fused GPU kernels used on CUDA (model/fused_kernels.h), in the order the recipe lists them.
+  std::vector<FusedKernel> fused_kernels = all_fused_kernels();
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("seq_len", &TrainingConfig::seq_len, at_least(1),
+        "Tokens per sequence.");
+    t.key("micro_batch_size", &TrainingConfig::micro_batch_size, at_least(1),
+        "Sequences per micro-batch per rank.");
+    t.key("global_batch_size", &TrainingConfig::global_batch_size, at_least(1),
+        "Sequences per optimizer step over all ranks; null: `micro_batch_size` x dp (no gradient "
+        "accumulation). Gradient accumulation steps = global_batch_size / (micro_batch_size x "
+        "dp).");
+    t.key("steps", &TrainingConfig::steps, at_least(1),
+        "Optimizer steps to train for.");
+    t.key("seed", &TrainingConfig::seed, at_least(0),
+        "Seed of initialisation and data order.");
+    t.key("dtype", &TrainingConfig::dtype, any(),
+        "Compute precision; bf16 keeps fp32 master weights and optimizer states.");
+    t.key("recompute", &TrainingConfig::recompute, any(),
+        "Activation recomputation. `none`: nothing recomputed (fastest, most memory). "
+        "`core_attention`: the attention core runs again in backward, before o_proj's gradients, "
+        "which use its recomputed output (neither the attention output nor its log-sum-exp is "
+        "kept). `selective`: the attention core, and lean layers: the norms save only their input "
+        "and an rsqrt per row, the linears after a norm compute its output again, the MLP its "
+        "activation product (about 40% less activation memory than `none` for Llama shapes, a few "
+        "memory-bound kernels more per layer in backward). `full`: whole layers, only each "
+        "layer's input kept. The estimator replays each ([estimator.md](estimator.md)).");
+    t.key("grad_clip", &TrainingConfig::grad_clip, at_least(0),
+        "Clip the global gradient norm to this; 0: off.");
+    t.key("fused_kernels", &TrainingConfig::fused_kernels, any().shown_as("all five"),
+        "Fused GPU kernels used on CUDA in place of chains of ATen element-wise ops (a CPU run, "
+        "and any dtype other than bf16/fp32, uses the unfused ops whatever this says, so CPU "
+        "results never depend on it). `rms_norm`: ATen's fused RMSNorm and its backward (saves "
+        "the input and an fp32 rstd per row, lean or not; the weight multiplies in fp32, one bf16 "
+        "rounding fewer than Hugging Face's order). `rope`: q and k rotated in one launch, "
+        "forward and backward (kernels/rope.cu). `swiglu`: silu(gate) * up and its backward in "
+        "one pass each, saving gate and up only (kernels/swiglu.cu). `cross_entropy`: the chunked "
+        "loss's softmax statistics and logit gradients computed from the bf16 logits, no fp32 "
+        "copy of a chunk (kernels/cross_entropy.cu). `grad_accumulation`: weight-gradient GEMMs "
+        "add into the fp32 gradient buffer themselves (Megatron's gradient accumulation fusion) "
+        "instead of a bf16 product added afterwards. `[]`: the unfused ops everywhere (for "
+        "debugging and for measuring each kernel: scripts/bench_gpu --kernels). The estimator "
+        "replays what each choice runs.");
+  }
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";
+  OptimizerName name = OptimizerName::AdamW;
   double lr = 3e-4;
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
-  std::string decay = "cosine";
-  double beta1 = 0.9, beta2 = 0.95;
+  LrDecay decay = LrDecay::Cosine;
+  std::array<double, 2> betas{0.9, 0.95};
+  double beta1() const { return betas[0]; }
+  double beta2() const { return betas[1]; }
   double eps = 1e-8;
   double weight_decay = 0.1;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("name", &OptimizerConfig::name, any(),
+        "Optimizer.");
+    t.key("lr", &OptimizerConfig::lr, positive(),
+        "Peak learning rate.");
+    t.key("min_lr", &OptimizerConfig::min_lr, at_least(0),
+        "Learning rate at the end of the decay.");
+    t.key("warmup_steps", &OptimizerConfig::warmup_steps, at_least(0),
+        "Steps of linear warm-up from 0 to lr.");
+    t.key("decay", &OptimizerConfig::decay, any(),
+        "Decay from lr to min_lr after warm-up.");
+    t.key("betas", &OptimizerConfig::betas, between(0, 1),
+        "Adam's beta1 and beta2.");
+    t.key("eps", &OptimizerConfig::eps, positive(),
+        "Adam's epsilon.");
+    t.key("weight_decay", &OptimizerConfig::weight_decay, at_least(0),
+        "Decoupled weight decay (not applied to norms and biases).");
+  }
 };
 
 struct DataConfig {
-  std::string source = "synthetic";
+  DataSource source = DataSource::Synthetic;
   std::vector<std::string> paths;
-  std::string format = "auto";  // auto, trainer, megatron, llmc
+  DataFormat format = DataFormat::Auto;
   std::vector<double> weights;  // empty: proportional to dataset sizes
   std::optional<int64_t> loss_mask_token;  // targets equal to this token id are left out of the loss
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("source", &DataConfig::source, any(),
+        "synthetic: a seeded generator with a known loss floor; tokens: token files. Left out "
+        "while `data.paths` is given: `tokens`.");
+    t.key("paths", &DataConfig::paths, any(),
+        "Token datasets (source `tokens`): a prefix P of P.bin and P.idx (trainer's format, "
+        "written by scripts/prepare_data, or Megatron-LM's indexed dataset), one of those two "
+        "files, an llm.c shard, or a glob of llm.c shards (one dataset); see [data.md](data.md). "
+        "Relative paths: see [Paths](#paths).");
+    t.key("format", &DataConfig::format, any(),
+        "Format of every `data.paths` entry; auto: detected from the files' magic numbers.");
+    t.key("weights", &DataConfig::weights, positive().null_is_empty(),
+        "Mixing weights, one per path; null: in proportion to each dataset's size.");
+    t.key("loss_mask_token", &DataConfig::loss_mask_token, at_least(0),
+        "Targets equal to this token id (padding, an end-of-document token, as Megatron's "
+        "`--eod-mask-loss`) are left out of the loss and of the token count it is averaged over; "
+        "null: every target counts.");
+  }
 };
 
 struct EvaluationConfig {
   int64_t interval = 0;              // evaluate every this many steps (and after the last); 0: never
   int64_t steps = 10;                // global batches per evaluation
   std::vector<std::string> paths;    // held-out token datasets; empty: held-out synthetic samples
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("interval", &EvaluationConfig::interval, at_least(0),
+        "Evaluate every this many steps and after the last step (and before a stop on a signal); "
+        "0: never.");
+    t.key("steps", &EvaluationConfig::steps, at_least(1),
+        "Global batches (`training.global_batch_size` sequences each) per evaluation; every "
+        "evaluation reads the same held-out samples.");
+    t.key("paths", &EvaluationConfig::paths, any(),
+        "Held-out token datasets, read in `data.format`; empty: with synthetic data, the "
+        "generator's samples from index 2^62 on, which training never reaches. Relative paths: "
+        "see [Paths](#paths).");
+  }
 };
 
 struct CheckpointConfig {
@@ -148,24 +473,75 @@ struct CheckpointConfig {
   int64_t interval = 0;
   bool async = true;
   int64_t keep = 2;
-  std::string resume = "auto";
+  ResumeFrom resume;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("dir", &CheckpointConfig::dir, any(),
+        "Directory of checkpoints; null: no checkpoints.");
+    t.key("interval", &CheckpointConfig::interval, at_least(0),
+        "Save every this many steps (and at the end); 0: only at the end.");
+    t.key("async", &CheckpointConfig::async, any(),
+        "Write in the background; training waits only for the snapshot to host memory, at the "
+        "latest before the next optimizer step.");
+    t.key("keep", &CheckpointConfig::keep, at_least(0),
+        "Keep the newest K committed checkpoints (K >= 2); 0: keep all.");
+    t.key("resume", &CheckpointConfig::resume, any(),
+        "auto: the latest committed checkpoint in dir, if any; none: start fresh; or a path.");
+  }
 };
 
 struct LoggingConfig {
   int64_t interval = 1;
   std::optional<std::string> metrics_file;
   std::optional<std::string> tensorboard_dir;  // rank 0 writes TensorBoard event files there; none: off
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("interval", &LoggingConfig::interval, at_least(1),
+        "Print and record metrics every this many steps.");
+    t.key("metrics_file", &LoggingConfig::metrics_file, any(),
+        "JSONL file of per-step metrics (one object per logged step with at least step, loss, lr, "
+        "grad_norm, tokens_per_s, tflops_per_device, mfu, mem_peak_bytes, time_s); null: none.");
+    t.key("tensorboard_dir", &LoggingConfig::tensorboard_dir, any(),
+        "Directory where rank 0 writes TensorBoard event files: every logged step's loss, "
+        "learning rate, gradient norm, throughput, MFU, peak memory, step-time breakdown and MoE "
+        "load ([observability.md](observability.md)). Relative paths as for `metrics_file`.");
+  }
 };
 
 // profiling.steps [first, last] (1-based, inclusive) and the traces' directory; no steps: off.
 struct ProfilingConfig {
   std::vector<int64_t> steps;
   std::optional<std::string> dir;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("steps", &ProfilingConfig::steps, at_least(1).null_is_empty(),
+        "Record training steps first..last (1-based, inclusive) with libtorch's profiler (Kineto) "
+        "on every rank; null: off.");
+    t.key("dir", &ProfilingConfig::dir, any(),
+        "Directory of the traces: one Chrome/Perfetto JSON per rank, `trace-rank-NNNNN.json`. "
+        "Needed with `profiling.steps`.");
+  }
 };
 
 struct HardwareConfig {
-  std::string gpu = "h100-sxm";
+  std::string gpu = "h100-sxm";  // a GPU profile's name (estimate/hardware.h)
   int64_t gpus_per_node = 8;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("gpu", &HardwareConfig::gpu, any().one_of({"h100-sxm", "h100-pcie", "h200", "a100-80g", "a100-40g", "b200"}),
+        "GPU model: a built-in profile of lib/estimate/profiles/ (trainer estimate --gpu-profile "
+        "FILE overrides its figures).");
+    t.key("gpus_per_node", &HardwareConfig::gpus_per_node, at_least(1),
+        "GPUs per node (NVLink domain); mesh groups wider than a node use the network.");
+  }
 };
 
 struct Recipe {
@@ -179,6 +555,31 @@ struct Recipe {
   LoggingConfig logging;
   ProfilingConfig profiling;
   HardwareConfig hardware;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.section("model", &Recipe::model,
+        "The network.");
+    t.section("parallel", &Recipe::parallel,
+        "How the job is split across ranks.");
+    t.section("training", &Recipe::training,
+        "The optimisation run.");
+    t.section("optimizer", &Recipe::optimizer,
+        "AdamW and its learning-rate schedule.");
+    t.section("data", &Recipe::data,
+        "Where training tokens come from.");
+    t.section("evaluation", &Recipe::evaluation,
+        "Validation loss on held-out data, forward only.");
+    t.section("checkpoint", &Recipe::checkpoint,
+        "Saving and resuming.");
+    t.section("logging", &Recipe::logging,
+        "Console and metrics output (rank 0).");
+    t.section("profiling", &Recipe::profiling,
+        "Profiler traces of a range of steps.");
+    t.section("hardware", &Recipe::hardware,
+        "The cluster, for trainer estimate and trainer plan.");
+  }
 };
 
 }  // namespace trainer::recipe

@@ -1,7 +1,7 @@
 #pragma once
 // The recipe schema: every key a recipe may contain, its type, default, allowed range and a
-// one-line description. It drives defaults, unknown-key and type errors, --set overrides and
-// the reference in docs/recipe.md (a test checks that the document covers every key).
+// description, made from the keys() tables of recipe.h. It drives defaults, unknown-key and type
+// errors, --set overrides and the key tables of docs/recipe.md (reference_doc.h).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +29,7 @@ struct KeySpec {
   bool min_exclusive = false;
   std::optional<size_t> list_length;  // exact length for lists
   std::string doc;
+  std::string doc_default;  // docs/recipe.md's default column where it is not the JSON default
 };
 
 // All keys, sections before their members, in documentation order.

@@ -108,7 +108,7 @@ class Checker {
       add("training.seq_len={} exceeds model.max_position_embeddings={}; use seq_len <= {} or raise "
           "max_position_embeddings",
           r_.training.seq_len, m.max_position_embeddings, m.max_position_embeddings);
-    if (m.rope_scaling && m.rope_scaling->rope_type == "llama3" &&
+    if (m.rope_scaling && m.rope_scaling->rope_type == RopeType::Llama3 &&
         m.rope_scaling->low_freq_factor >= m.rope_scaling->high_freq_factor)
       add("model.rope_scaling.low_freq_factor={} must be below model.rope_scaling.high_freq_factor={}",
           m.rope_scaling->low_freq_factor, m.rope_scaling->high_freq_factor);
@@ -167,19 +167,19 @@ class Checker {
     const auto& t = r_.training;
     if (p.dp == 0)
       add("parallel.dp=0 is not a data-parallel size; use -1 to derive it from the world size, or a size >= 1");
-    if (p.grad_reduce_dtype == "bf16" && t.dtype != "bf16")
+    if (p.grad_reduce_dtype == Precision::BF16 && t.dtype != Precision::BF16)
       add("parallel.grad_reduce_dtype=\"bf16\" needs training.dtype=\"bf16\" (found \"{}\"); an {} run accumulates "
           "and reduces its gradients in fp32: remove the setting",
           t.dtype, t.dtype);
-    if (p.vpp > 1 && p.pipeline_schedule != "interleaved_1f1b" && p.pipeline_schedule != "zbv")
+    if (p.vpp > 1 && !takes_virtual_stages(p.pipeline_schedule))
       add("parallel.vpp={} needs parallel.pipeline_schedule=\"interleaved_1f1b\" (or \"zbv\" with vpp 2), found "
           "\"{}\"; set vpp=1 or use the interleaved schedule",
           p.vpp, p.pipeline_schedule);
-    if (p.pipeline_schedule == "interleaved_1f1b" && (p.vpp < 2 || p.pp < 2))
+    if (p.pipeline_schedule == ScheduleKind::Interleaved1F1B && (p.vpp < 2 || p.pp < 2))
       add("parallel.pipeline_schedule=\"interleaved_1f1b\" needs parallel.pp >= 2 and parallel.vpp >= 2, found "
           "pp={} vpp={}; use pipeline_schedule \"1f1b\" or raise them",
           p.pp, p.vpp);
-    if (p.pipeline_schedule == "zbv" && p.vpp != 2)
+    if (p.pipeline_schedule == ScheduleKind::ZBV && p.vpp != 2)
       add("parallel.pipeline_schedule=\"zbv\" places two model chunks on each stage in a V, found parallel.vpp={}; "
           "set vpp=2",
           p.vpp);
@@ -188,7 +188,7 @@ class Checker {
         add("training.seq_len={} is not divisible by 2 * parallel.cp = {} (the sequence is split into 2*cp chunks "
             "to balance causal attention); use seq_len {}",
             t.seq_len, 2 * p.cp, nearest_multiples(t.seq_len, 2 * p.cp));
-      if (p.cp_method == "ulysses") {
+      if (p.cp_method == CpMethod::Ulysses) {
         const int64_t heads = m.num_attention_heads / std::max<int64_t>(1, p.tp);
         const int64_t kv_heads = m.num_key_value_heads / std::max<int64_t>(1, p.tp);
         // Key/value heads need not divide: they are repeated up to lcm(kv, cp) heads, which
@@ -275,7 +275,7 @@ class Checker {
       warnings.push_back(fmt::format("optimizer.warmup_steps={} exceeds training.steps={}: the whole run is warm-up "
                                      "and the learning rate rises only to {:.3g} of optimizer.lr={:.3g}",
                                      o.warmup_steps, t.steps, double(t.steps) / double(o.warmup_steps), o.lr));
-    else if (o.warmup_steps == t.steps && o.warmup_steps > 0 && o.decay != "constant" && o.min_lr < o.lr)
+    else if (o.warmup_steps == t.steps && o.warmup_steps > 0 && o.decay != LrDecay::Constant && o.min_lr < o.lr)
       warnings.push_back(fmt::format("optimizer.warmup_steps={} equals training.steps: the run ends at the peak "
                                      "learning rate and never decays toward optimizer.min_lr={:.3g}",
                                      o.warmup_steps, o.min_lr));
@@ -297,9 +297,9 @@ class Checker {
 
   void data_rules() {
     const auto& d = r_.data;
-    if (d.source == "tokens" && d.paths.empty())
+    if (d.source == DataSource::Tokens && d.paths.empty())
       add("data.source=\"tokens\" needs data.paths (token dataset prefixes written by scripts/prepare_data)");
-    if (d.source == "synthetic" && !d.paths.empty())
+    if (d.source == DataSource::Synthetic && !d.paths.empty())
       add("data.paths is set but data.source is \"synthetic\"; set data.source=\"tokens\" to train on those files");
     if (!d.weights.empty() && d.weights.size() != d.paths.size())
       add("data.weights has {} entries but data.paths has {}; give one weight per path", d.weights.size(),
@@ -309,7 +309,7 @@ class Checker {
           "null",
           *d.loss_mask_token, r_.model.vocab_size);
     const auto& e = r_.evaluation;
-    if (e.interval > 0 && e.paths.empty() && d.source == "tokens")
+    if (e.interval > 0 && e.paths.empty() && d.source == DataSource::Tokens)
       add("evaluation.interval={} with data.source=\"tokens\" needs evaluation.paths (held-out token datasets); "
           "held-out samples without files exist only for synthetic data",
           e.interval);
@@ -322,7 +322,7 @@ class Checker {
     if (c.keep == 1)
       add("checkpoint.keep=1 would delete the last committed checkpoint while the next is being written; use "
           "keep >= 2, or 0 to keep all");
-    if (c.resume.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");
+    if (c.resume.mode == ResumeFrom::Mode::Path && c.resume.path.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");
   }
 
   std::vector<std::string> problems;

@@ -7,19 +7,18 @@
 namespace trainer::runtime {
 
 DeviceAssignment assign_device(const DeviceRequest& request) {
-  const std::string& backend = request.backend;
-  if (backend != "auto" && backend != "nccl" && backend != "gloo")
-    throw UserError(fmt::format("parallel.backend=\"{}\" is not a backend; use \"auto\", \"nccl\" or \"gloo\"", backend));
+  using recipe::Backend;
+  const Backend backend = request.backend;
   DeviceAssignment a;
   if (request.force_cpu || request.gpus <= 0) {
-    if (backend == "nccl")
+    if (backend == Backend::Nccl)
       throw UserError(fmt::format("parallel.backend=\"nccl\" needs a GPU for every rank, but {}; use "
                                   "parallel.backend=\"auto\" or \"gloo\"",
                                   request.force_cpu ? "--cpu was given" : "this machine has no usable CUDA device"));
     return a;  // the CPU, Gloo
   }
   a.on_gpu = true;
-  if (backend == "gloo") {
+  if (backend == Backend::Gloo) {
     a.device_index = int(request.local_rank % request.gpus);
     // Local ranks r with r mod gpus == device share it.
     a.ranks_per_gpu = (request.local_world_size - a.device_index + request.gpus - 1) / request.gpus;

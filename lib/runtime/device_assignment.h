@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <string>
 
+#include "recipe/choices.h"
+
 namespace trainer::runtime {
 
 struct DeviceRequest {
-  std::string backend = "auto";  // parallel.backend: "auto", "nccl" or "gloo"
-  bool force_cpu = false;        // --cpu
+  recipe::Backend backend = recipe::Backend::Auto;  // parallel.backend
+  bool force_cpu = false;                           // --cpu
   int64_t local_rank = 0, local_world_size = 1;
   int gpus = 0;                  // CUDA devices visible to this worker
 };

@@ -27,7 +27,7 @@ parallel::BucketOptions bucket_options(const recipe::Recipe& recipe, model::Para
   options.shard_gradients = recipe.parallel.zero >= 2;
   options.accumulate_unsharded = recipe.parallel.accumulate_unsharded();
   options.per_unit = recipe.parallel.zero >= 3;
-  options.grad_dtype = recipe.parallel.grad_reduce_dtype == "bf16" && !params.empty()
+  options.grad_dtype = recipe.parallel.grad_reduce_dtype == recipe::Precision::BF16 && !params.empty()
                            ? params.front().tensor.scalar_type()
                            : at::kFloat;
   if (!params.empty() && params.front().tensor.scalar_type() == at::kDouble) options.grad_dtype = at::kDouble;

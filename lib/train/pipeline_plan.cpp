@@ -17,7 +17,7 @@ int64_t PipelinePlan::local_chunk(int64_t chunk) const {
 PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage) {
   PipelinePlan plan;
   plan.stage = stage;
-  plan.spec.kind = parallel::parse_schedule_kind(r.parallel.pipeline_schedule);
+  plan.spec.kind = r.parallel.pipeline_schedule;
   plan.spec.pp = mesh.pp;
   plan.spec.vpp = mesh.vpp;
   plan.spec.micro_batches = mesh.grad_accum_steps;

@@ -12,9 +12,12 @@ namespace {
 
 std::optional<std::string> resume_path(const recipe::Recipe& r) {
   const auto& c = r.checkpoint;
-  if (c.resume == "none") return std::nullopt;
-  if (c.resume == "auto") return c.dir ? checkpoint::find_latest_checkpoint(*c.dir) : std::nullopt;
-  return c.resume;
+  switch (c.resume.mode) {
+    case recipe::ResumeFrom::Mode::None: return std::nullopt;
+    case recipe::ResumeFrom::Mode::Auto: return c.dir ? checkpoint::find_latest_checkpoint(*c.dir) : std::nullopt;
+    case recipe::ResumeFrom::Mode::Path: break;
+  }
+  return c.resume.path;
 }
 
 // A changed recipe is allowed (a longer run, another mesh), but never silently.

@@ -115,14 +115,14 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
                   optimizer_description));
   // The attention kernel ATen picks for this rank's heads (issue: which backend runs on a GPU).
   const int64_t tp = mesh_.tp, cp = mesh_.cp;
-  const bool ulysses = cp > 1 && r.parallel.cp_method == "ulysses";
+  const bool ulysses = cp > 1 && r.parallel.cp_method == recipe::CpMethod::Ulysses;
   const int64_t split = ulysses ? tp * cp : tp;
   const int64_t heads = r.model.num_attention_heads / split, kv = std::max<int64_t>(1, r.model.num_key_value_heads / split);
   if (cp > 1 && !ulysses) {
     say(fmt::format("attention: ring over cp {} ({} query / {} key-value heads of {} per rank)", cp, heads, kv,
                     r.model.head_dim));
   } else {
-    const auto dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+    const auto dtype = r.training.dtype == recipe::Precision::BF16 ? at::kBFloat16 : at::kFloat;
     say(fmt::format("attention: {}scaled_dot_product_attention on ATen's {} kernel ({} query / {} key-value heads of {} "
                     "per rank, {})",
                     ulysses ? fmt::format("Ulysses over cp {}, then ", cp) : "",
@@ -165,7 +165,7 @@ void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const pa
   steps_since_read_ = 0;
   const double step_loss = host[0].item<double>(), grad_norm = host[2].item<double>();
   // Micro-batch scope: one loss per micro-batch and dp rank; global-batch scope: one per time slot.
-  const bool global_scope = recipe_.model.moe && recipe_.model.moe->aux_loss_scope == "global_batch";
+  const bool global_scope = recipe_.model.moe && recipe_.model.moe->aux_loss_scope == recipe::AuxLossScope::GlobalBatch;
   const double step_aux = host[1].item<double>() / double(mesh_.grad_accum_steps * (global_scope ? 1 : mesh_.dp));
   last_loss_ = step_loss;
   const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
@@ -190,7 +190,7 @@ void StepLog::check_finite(int64_t step, double loss, double grad_norm, double f
       "optimizer.lr or a longer optimizer.warmup_steps, training.grad_clip, checking the data for bad tokens{}",
       first, loss_bad ? "loss" : "gradient norm", first == step ? fmt::format("{}", value) : "not finite",
       first == step ? "" : fmt::format(" (seen at the read after step {})", step), gradients,
-      recipe_.training.dtype == "bf16" ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
+      recipe_.training.dtype == recipe::Precision::BF16 ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
 }
 
 std::string StepLog::moe_statistics(const StepFigures& f, nlohmann::json* extra) const {

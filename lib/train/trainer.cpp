@@ -49,7 +49,7 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
   options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
                 r.parallel.sequence_parallel};
   options.cp = {groups.coordinates().cp, groups.layout().shape().cp, &groups.get(mesh::GroupKind::Cp),
-                r.parallel.cp_method == "ulysses" ? model::ContextParallel::Method::Ulysses
+                r.parallel.cp_method == recipe::CpMethod::Ulysses ? model::ContextParallel::Method::Ulysses
                                                   : model::ContextParallel::Method::Ring};
   // MoE layers under tp need sequence parallelism (validated): tp x cp ranks share a micro-batch.
   options.ep = {groups.coordinates().ep, groups.layout().shape().ep, &groups.get(mesh::GroupKind::Ep),
@@ -59,17 +59,17 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
     // The load-balancing loss of each micro-batch averaged over the step's micro-batches and dp;
     // in the global-batch scope one loss per time slot (its parts spread over dp), averaged over
     // the slots.
-    const bool global = r.model.moe->aux_loss_scope == "global_batch";
+    const bool global = r.model.moe->aux_loss_scope == recipe::AuxLossScope::GlobalBatch;
     options.aux_loss_scale =
         r.model.moe->router_aux_loss_coef / double(mesh.grad_accum_steps * (global ? 1 : mesh.dp));
     options.z_loss_scale = r.model.moe->router_z_loss_coef / double(mesh.grad_accum_steps * mesh.dp);
   }
   options.config = r.model;
   options.seed = uint64_t(r.training.seed);
-  options.dtype = r.training.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  options.dtype = r.training.dtype == recipe::Precision::BF16 ? at::kBFloat16 : at::kFloat;
   options.device = device;
-  options.recompute = model::parse_recompute(r.training.recompute);
-  options.kernels = model::FusedKernels::from_names(r.training.fused_kernels);
+  options.recompute = r.training.recompute;
+  options.kernels = model::FusedKernels::from(r.training.fused_kernels);
   // ZeRO-3 (over more than one rank): parameters are created without memory and written straight
   // into this rank's shards (OptimizerDriver), so no rank ever holds the whole model.
   options.deferred_parameters = r.parallel.zero >= 3 && mesh.dp * mesh.cp > 1;
@@ -82,7 +82,7 @@ void check_checkpoint_room(const recipe::Recipe& r, const model::Transformer& mo
   if (!r.checkpoint.dir) return;
   uint64_t elements = 0;
   for (const auto& p : model.parameters().all()) elements += uint64_t(p.real_numel());  // padding rows are never saved
-  const uint64_t per_element = (r.training.dtype == "bf16" ? 2 + 4 : 4) + 8;
+  const uint64_t per_element = (r.training.dtype == recipe::Precision::BF16 ? 2 + 4 : 4) + 8;
   const int64_t shards = std::max<int64_t>(1, groups.get(mesh::GroupKind::DpCp).size());
   checkpoint::check_checkpoint_dir(*r.checkpoint.dir, groups.global_rank(), elements * per_element / uint64_t(shards));
 }

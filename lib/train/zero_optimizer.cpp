@@ -16,8 +16,7 @@ std::optional<parallel::Zero3Options> zero3_options(const recipe::Recipe& recipe
   // (torchtitan's default; the gradients are then reduced once, after the last one).
   zero3.reshard_after_backward = recipe.parallel.pp == 1;
   zero3.head_unit = model.head_unit();
-  const std::string& schedule = recipe.parallel.pipeline_schedule;
-  zero3.keep_head = schedule == "zero_bubble" || schedule == "zbv";
+  zero3.keep_head = recipe::splits_backward(recipe.parallel.pipeline_schedule);
   return zero3;
 }
 

@@ -71,7 +71,7 @@ void DistributedOptimizer::step(double lr) {
     }
     if (weights.empty()) continue;
     at::_foreach_add_(steps, 1.0);  // the fused kernel does not advance the counts itself
-    at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1, config_.beta2,
+    at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1(), config_.beta2(),
                       decay ? config_.weight_decay : 0.0, config_.eps, false, false);
   }
   if (zero3_gathers_) {

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "recipe/choices.h"
+
 namespace trainer::parallel {
 
 struct Action {
@@ -69,22 +71,20 @@ std::vector<Action> single_stage_schedule(int64_t micro_batches);
 // it, and each happens at most once. Throws std::logic_error naming the first offending action.
 void check_schedule(const std::vector<Action>& actions, bool forward_only = false);
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubble, ZBV, ForwardOnly, ForwardOnlyV };
+// The schedule kinds and their properties (splits_backward, is_forward_only, v_layout,
+// forward_only_for) belong to the recipe, which names them (recipe/choices.h).
+using recipe::ScheduleKind;
+using recipe::splits_backward;
+using recipe::is_forward_only;
+using recipe::v_layout;
+using recipe::forward_only_for;
 
 // "gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv" (the recipe's
-// parallel.pipeline_schedule), "forward_only", "forward_only_v" (evaluation). parse throws std::invalid_argument listing the known names.
+// parallel.pipeline_schedule), "forward_only", "forward_only_v" (evaluation): for `trainer
+// schedule`'s command line. parse throws std::invalid_argument listing the known names.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 const std::vector<ScheduleKind>& all_schedule_kinds();
-
-// Zero-bubble kinds split every backward into BackwardInput and BackwardWeight.
-bool splits_backward(ScheduleKind kind);
-// forward_only and forward_only_v: forwards only (evaluation).
-bool is_forward_only(ScheduleKind kind);
-// zbv and forward_only_v place their chunks in a V.
-bool v_layout(ScheduleKind kind);
-// The forward-only kind with the chunk layout of `training` (forward_only_v for zbv).
-ScheduleKind forward_only_for(ScheduleKind training);
 
 // Where the pp * vpp model chunks live (see the top of this file). Each throws
 // std::invalid_argument for a layout the kind does not take (check_layout's rules) or an index out

@@ -14,25 +14,15 @@ using K = Action::Kind;
 // --- Kinds and layouts ---------------------------------------------------------------------------
 
 const std::vector<ScheduleKind>& all_schedule_kinds() {
-  static const std::vector<ScheduleKind> kinds{ScheduleKind::GPipe,      ScheduleKind::OneFOneB,
-                                               ScheduleKind::Interleaved1F1B, ScheduleKind::ZeroBubble,
-                                               ScheduleKind::ZBV,        ScheduleKind::ForwardOnly,
-                                               ScheduleKind::ForwardOnlyV};
+  static const std::vector<ScheduleKind> kinds = [] {
+    std::vector<ScheduleKind> all;
+    for (const auto& [kind, name] : enum_entries(ScheduleKind{})) all.push_back(kind);
+    return all;
+  }();
   return kinds;
 }
 
-std::string schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::GPipe: return "gpipe";
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::Interleaved1F1B: return "interleaved_1f1b";
-    case ScheduleKind::ZeroBubble: return "zero_bubble";
-    case ScheduleKind::ZBV: return "zbv";
-    case ScheduleKind::ForwardOnly: return "forward_only";
-    case ScheduleKind::ForwardOnlyV: return "forward_only_v";
-  }
-  return "?";
-}
+std::string schedule_name(ScheduleKind kind) { return std::string(recipe::name_of(kind)); }
 
 ScheduleKind parse_schedule_kind(const std::string& name) {
   std::string known;
@@ -41,18 +31,6 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
     known += (known.empty() ? "" : ", ") + schedule_name(kind);
   }
   throw std::invalid_argument(fmt::format("unknown pipeline schedule \"{}\"; expected one of {}", name, known));
-}
-
-bool splits_backward(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubble || kind == ScheduleKind::ZBV; }
-
-bool is_forward_only(ScheduleKind kind) {
-  return kind == ScheduleKind::ForwardOnly || kind == ScheduleKind::ForwardOnlyV;
-}
-
-bool v_layout(ScheduleKind kind) { return kind == ScheduleKind::ZBV || kind == ScheduleKind::ForwardOnlyV; }
-
-ScheduleKind forward_only_for(ScheduleKind training) {
-  return v_layout(training) ? ScheduleKind::ForwardOnlyV : ScheduleKind::ForwardOnly;
 }
 
 void check_layout(ScheduleKind kind, int64_t pp, int64_t vpp) {

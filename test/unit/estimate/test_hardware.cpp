@@ -33,7 +33,7 @@ TEST_CASE("built-in profiles: the five required GPUs and more - with datasheet p
     CHECK(p.gemm_efficiency < 1);
     CHECK(p.attention_efficiency < p.gemm_efficiency);
     CHECK(p.fragmentation >= 1);
-    CHECK(p.peak_flops("fp32") < p.peak_flops("bf16"));
+    CHECK(p.peak_flops(trainer::recipe::Precision::FP32) < p.peak_flops(trainer::recipe::Precision::BF16));
   }
 }
 

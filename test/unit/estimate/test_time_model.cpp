@@ -24,7 +24,7 @@ TEST_CASE("GEMM efficiency rises with size toward the profile's maximum", "[esti
   for (double n : {256.0, 1024.0, 4096.0, 16384.0}) {
     Costs c;
     c.gemms.push_back(GemmShape{n, n, n, 2 * 3 * n * n});
-    const double t = segment_time(c, h100(), "bf16", placement, false).gemm_s;
+    const double t = segment_time(c, h100(), trainer::recipe::Precision::BF16, placement, false).gemm_s;
     const double efficiency = 2 * n * n * n / t / h100().bf16_flops;
     CHECK(efficiency > previous);
     CHECK(efficiency < h100().gemm_efficiency);
@@ -34,7 +34,7 @@ TEST_CASE("GEMM efficiency rises with size toward the profile's maximum", "[esti
   // A thin product is memory-bound: time is bytes over HBM bandwidth.
   Costs thin;
   thin.gemms.push_back(GemmShape{1e6, 8, 8, 2 * (1e6 * 8 + 64 + 8e6)});
-  CHECK(segment_time(thin, h100(), "bf16", placement, false).gemm_s ==
+  CHECK(segment_time(thin, h100(), trainer::recipe::Precision::BF16, placement, false).gemm_s ==
         Approx(thin.gemms[0].bytes / (h100().hbm_bytes_per_s * h100().hbm_efficiency)));
 }
 
@@ -43,19 +43,19 @@ TEST_CASE("a collective with GEMMs behind it shows only the time beyond theirs",
   placement.tp.size = 8;  // one NVLink domain
   Costs exposed;
   exposed.comms.push_back(CommOp{CommKind::AllReduce, CommGroup::Tp, 64e6, false, {}});
-  const double comm = segment_time(exposed, h100(), "bf16", placement, false).tp_comm_s;
+  const double comm = segment_time(exposed, h100(), trainer::recipe::Precision::BF16, placement, false).tp_comm_s;
   REQUIRE(comm > 0);
   const GemmShape gemm{4096, 4096, 4096, 2 * 3 * 4096.0 * 4096};
   const double gemm_s = [&] {
     Costs c;
     c.gemms.push_back(gemm);
-    return segment_time(c, h100(), "bf16", placement, false).gemm_s;
+    return segment_time(c, h100(), trainer::recipe::Precision::BF16, placement, false).gemm_s;
   }();
   for (int n : {0, 1, 2, 100}) {
     CAPTURE(n);
     Costs c = exposed;
     c.comms[0].behind.assign(size_t(n), gemm);
-    CHECK(segment_time(c, h100(), "bf16", placement, false).tp_comm_s ==
+    CHECK(segment_time(c, h100(), trainer::recipe::Precision::BF16, placement, false).tp_comm_s ==
           Approx(std::max(0.0, comm - n * gemm_s)).margin(1e-15));
   }
 }

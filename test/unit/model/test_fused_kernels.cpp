@@ -72,7 +72,7 @@ TEST_CASE("fused kernels leave a CPU run unchanged - the unfused ops run whateve
   targets.index_put_({0, 3}, model::kIgnoreIndex);
   for (const auto recompute : {model::Recompute::None, model::Recompute::Selective}) {
     model::Transformer plain = build(c, at::kFloat, at::kCPU, {}, recompute);
-    model::Transformer fused = build(c, at::kFloat, at::kCPU, model::FusedKernels::from_names(model::FusedKernels::all_names()),
+    model::Transformer fused = build(c, at::kFloat, at::kCPU, model::FusedKernels::all(),
                                      recompute);
     const auto [loss_a, grads_a] = loss_and_grads(plain, inputs, targets);
     const auto [loss_b, grads_b] = loss_and_grads(fused, inputs, targets);
@@ -81,12 +81,12 @@ TEST_CASE("fused kernels leave a CPU run unchanged - the unfused ops run whateve
   }
 }
 
-TEST_CASE("FusedKernels names round-trip and refuse unknown ones", "[model][fused]") {
-  const auto all = model::FusedKernels::from_names(model::FusedKernels::all_names());
-  CHECK(all.names() == model::FusedKernels::all_names());
-  CHECK(model::FusedKernels::from_names({"rope"}).names() == std::vector<std::string>{"rope"});
-  CHECK(model::FusedKernels{}.names().empty());
-  CHECK_THROWS_AS(model::FusedKernels::from_names({"flash"}), std::invalid_argument);
+TEST_CASE("FusedKernels round-trip the recipe's list", "[model][fused]") {
+  using K = recipe::FusedKernel;
+  CHECK(model::FusedKernels::all().list() == recipe::all_fused_kernels());
+  CHECK(model::FusedKernels::from({K::Rope}).list() == std::vector<K>{K::Rope});
+  CHECK(model::FusedKernels::from({K::GradAccumulation, K::RmsNorm}).list() == std::vector<K>{K::RmsNorm, K::GradAccumulation});
+  CHECK(model::FusedKernels{}.list().empty());
   CHECK_FALSE(model::fusable(at::zeros({2}, at::kBFloat16)));  // a CPU tensor
 }
 
@@ -383,7 +383,7 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - ignored
       at::Tensor targets = at::randint(0, vocab_end, {n}, on_gpu(at::kLong));
       targets[3] = -100;
       targets[40] = -100;
-      const model::FusedKernels kernels = use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"})
+      const model::FusedKernels kernels = use ? model::FusedKernels::from({recipe::FusedKernel::CrossEntropy, recipe::FusedKernel::GradAccumulation})
                                               : model::FusedKernels{};
       const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
                                                               counting::loss_chunk_rows(n, local, hidden), kernels);
@@ -505,7 +505,7 @@ TEST_CASE("fused cross-entropy on CUDA equals the unfused chunked loss - 2048-co
         targets[5] = -100;
         targets[6] = vocab_end - 1;
         const model::FusedKernels kernels =
-            use ? model::FusedKernels::from_names({"cross_entropy", "grad_accumulation"}) : model::FusedKernels{};
+            use ? model::FusedKernels::from({recipe::FusedKernel::CrossEntropy, recipe::FusedKernel::GradAccumulation}) : model::FusedKernels{};
         const at::Tensor loss = model::linear_cross_entropy_sum(h, w, nullptr, targets, 0, vocab_end, -100, nullptr,
                                                                 counting::loss_chunk_rows(n, local, hidden), kernels);
         (loss * 0.5).backward();
@@ -608,7 +608,7 @@ TEST_CASE("a model on CUDA with every fused kernel matches the unfused model - l
   at::Tensor targets = model_test::random_tokens(2, 9, c.vocab_size, 2);
   targets.index_put_({1, 4}, model::kIgnoreIndex);
   targets = targets.to(gpu);
-  const auto all = model::FusedKernels::from_names(model::FusedKernels::all_names());
+  const auto all = model::FusedKernels::all();
   for (const auto dtype : {at::kFloat, at::kBFloat16})
     for (const auto recompute : {model::Recompute::None, model::Recompute::Selective}) {
       INFO("dtype " << dtype << " selective " << (recompute == model::Recompute::Selective));

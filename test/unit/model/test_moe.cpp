@@ -67,7 +67,7 @@ namespace {
 constexpr int64_t kHidden = 6, kExperts = 4, kTokens = 6;
 
 recipe::ModelConfig moe_config(int64_t top_k, int64_t shared, std::optional<double> capacity,
-                               const std::string& scope = "micro_batch") {
+                               recipe::AuxLossScope scope = recipe::AuxLossScope::MicroBatch) {
   recipe::ModelConfig c;
   c.hidden_size = kHidden;
   recipe::MoeConfig moe;
@@ -103,7 +103,7 @@ struct MoeLayer {
   model::ParameterSet params;
   model::Moe moe;
   MoeLayer(int64_t top_k, int64_t shared, std::optional<double> capacity, bool known_router = true,
-           const std::string& scope = "micro_batch")
+           recipe::AuxLossScope scope = recipe::AuxLossScope::MicroBatch)
       : params(model::ParameterOptions{21, 0.5, at::kDouble}) {
     moe = model::Moe(params, kPrefix, moe_config(top_k, shared, capacity, scope), {});
     if (known_router) {
@@ -368,7 +368,7 @@ TEST_CASE("the router z-loss and the top-k margin and the per-step load statisti
 }
 
 TEST_CASE("global_batch scope: frequencies accumulate over the step's micro-batches", "[model][moe]") {
-  MoeLayer layer(2, 0, std::nullopt, /*known_router=*/false, "global_batch");
+  MoeLayer layer(2, 0, std::nullopt, /*known_router=*/false, recipe::AuxLossScope::GlobalBatch);
   const at::Tensor a = model_test::randn({2, 4, kHidden}, 51), b = model_test::randn({2, 4, kHidden}, 52);
   const auto probs_of = [&](const at::Tensor& x) {
     return at::softmax(at::matmul(x.view({-1, kHidden}), param(layer.params, kPrefix + "gate.weight").t()).to(at::kFloat), -1);

@@ -16,7 +16,7 @@ TEST_CASE("inverse frequencies are 1 / theta^(2i/d)", "[model][rotary]") {
   const std::vector<double> expected = {1.0, 0.1, 0.01, 0.001};
   for (size_t i = 0; i < 4; ++i) CHECK(inv[i] == Approx(expected[i]).epsilon(1e-14));
   recipe::RopeScaling linear;
-  linear.rope_type = "linear";
+  linear.rope_type = recipe::RopeType::Linear;
   linear.factor = 4.0;
   const auto scaled = model::rotary_inverse_frequencies(8, 10000.0, linear);
   for (size_t i = 0; i < 4; ++i) CHECK(scaled[i] == Approx(expected[i] / 4).epsilon(1e-14));
@@ -88,7 +88,7 @@ double llama3_reference(int64_t i, int64_t head_dim, double theta, double factor
 
 TEST_CASE("llama3 rope scaling matches the transformers formula", "[model][rotary]") {
   recipe::RopeScaling scaling;  // defaults: llama3, factor 8, low 1, high 4, original 8192
-  REQUIRE(scaling.rope_type == "llama3");
+  REQUIRE(scaling.rope_type == recipe::RopeType::Llama3);
   scaling.factor = 8.0;
   scaling.low_freq_factor = 1.0;
   scaling.high_freq_factor = 4.0;

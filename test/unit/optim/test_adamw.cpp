@@ -48,8 +48,8 @@ TEST_CASE("AdamW matches the reference update over several steps (fp32)", "[opti
     params[0].tensor.mutable_grad() = at::tensor(gw, at::kDouble).to(at::kFloat);
     params[1].tensor.mutable_grad() = at::tensor(gn, at::kDouble).to(at::kFloat);
     adam.step(1e-2);
-    ref_w.update(gw, 1e-2, config.beta1, config.beta2, config.eps, 0.1);
-    ref_n.update(gn, 1e-2, config.beta1, config.beta2, config.eps, 0.0);  // norms: no weight decay
+    ref_w.update(gw, 1e-2, config.beta1(), config.beta2(), config.eps, 0.1);
+    ref_n.update(gn, 1e-2, config.beta1(), config.beta2(), config.eps, 0.0);  // norms: no weight decay
   }
   for (int i = 0; i < 4; ++i) CHECK(params[0].tensor[i].item<double>() == Approx(ref_w.w[i]).epsilon(1e-5));
   for (int i = 0; i < 2; ++i) CHECK(params[1].tensor[i].item<double>() == Approx(ref_n.w[i]).epsilon(1e-5));
@@ -123,8 +123,8 @@ TEST_CASE("learning-rate schedule: warm-up then cosine - linear or constant to m
   CHECK(optim::learning_rate(c, 14, 4) == Approx(1.0));      // first decay step
   CHECK(optim::learning_rate(c, 14, 13) == Approx(0.1));     // last step reaches min_lr
   CHECK(optim::learning_rate(c, 14, 8) == Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0))));
-  c.decay = "linear";
+  c.decay = recipe::LrDecay::Linear;
   CHECK(optim::learning_rate(c, 14, 8) == Approx(1.0 - 0.9 * 4.0 / 9.0));
-  c.decay = "constant";
+  c.decay = recipe::LrDecay::Constant;
   CHECK(optim::learning_rate(c, 14, 13) == Approx(1.0));
 }

@@ -32,7 +32,7 @@ TEST_CASE("model.hf_config reads a Hugging Face config - recipe fields override 
   CHECK(r.model.num_hidden_layers == 2);  // the recipe wins
   CHECK(r.model.head_dim == 128);
   REQUIRE(r.model.rope_scaling);
-  CHECK(r.model.rope_scaling->rope_type == "llama3");
+  CHECK(r.model.rope_scaling->rope_type == trainer::recipe::RopeType::Llama3);
   CHECK(r.model.rope_scaling->original_max_position_embeddings == 8192);
   // A file path works as well as its directory.
   CHECK(load_text(R"({"model": {"hf_config": "hf/config.json"}})", dir.path()).recipe.model.hidden_size == 4096);
@@ -103,7 +103,7 @@ TEST_CASE("transformers 5's rope_parameters and the old rope_theta/rope_scaling 
   const auto new_layout = load_text(R"({"model": {"hf_config": "new"}})", dir.path());
   CHECK(new_layout.recipe.model.rope_theta == 500000.0);
   REQUIRE(new_layout.recipe.model.rope_scaling);
-  CHECK(new_layout.recipe.model.rope_scaling->rope_type == "llama3");
+  CHECK(new_layout.recipe.model.rope_scaling->rope_type == trainer::recipe::RopeType::Llama3);
   CHECK(new_layout.recipe.model.rope_scaling->factor == 8.0);
   auto without_source = [](nlohmann::json resolved) {
     resolved["model"].erase("hf_config");  // the two files' paths
@@ -121,7 +121,7 @@ TEST_CASE("transformers 5's rope_parameters and the old rope_theta/rope_scaling 
   const auto linear = load_with_hf("linear.json", dir.path()).recipe.model;
   CHECK(linear.rope_theta == 777.0);  // the top-level theta when the dict has none, as transformers does
   REQUIRE(linear.rope_scaling);
-  CHECK(linear.rope_scaling->rope_type == "linear");
+  CHECK(linear.rope_scaling->rope_type == trainer::recipe::RopeType::Linear);
   CHECK(linear.rope_scaling->factor == 2.0);
   // llama3 without original_max_position_embeddings falls back to max_position_embeddings (transformers' rule).
   dir.write("l3.json", R"({"max_position_embeddings": 4096, "rope_parameters": {"rope_type": "llama3",

@@ -8,6 +8,7 @@
 using namespace trainer::test;
 using trainer::recipe::schema;
 using trainer::recipe::ValueKind;
+using namespace trainer::recipe;
 
 TEST_CASE("defaults fill every key and derived fields are resolved", "[recipe]") {
   const auto loaded = load_base();
@@ -19,11 +20,11 @@ TEST_CASE("defaults fill every key and derived fields are resolved", "[recipe]")
   CHECK(r.parallel.tp == 1);
   CHECK(r.parallel.etp == 1);  // derived from tp
   CHECK(r.parallel.dp == -1);  // no world size yet
-  CHECK(r.parallel.pipeline_schedule == "1f1b");
-  CHECK(r.training.dtype == "bf16");
-  CHECK(r.optimizer.beta1 == 0.9);
-  CHECK(r.optimizer.beta2 == 0.95);
-  CHECK(r.checkpoint.resume == "auto");
+  CHECK(r.parallel.pipeline_schedule == ScheduleKind::OneFOneB);
+  CHECK(r.training.dtype == Precision::BF16);
+  CHECK(r.optimizer.beta1() == 0.9);
+  CHECK(r.optimizer.beta2() == 0.95);
+  CHECK(r.checkpoint.resume.mode == ResumeFrom::Mode::Auto);
   CHECK(r.checkpoint.keep == 2);
   CHECK(r.hardware.gpu == "h100-sxm");
   // The resolved JSON has every key of the schema (null sections have no members).

@@ -3,6 +3,7 @@
 #include "recipe_fixture.h"
 
 using namespace trainer::test;
+using namespace trainer::recipe;
 
 TEST_CASE("overrides: --set overrides any leaf - with JSON or bare-word values", "[recipe]") {
   const auto r = load_base({"training.steps=20", "training.dtype=fp32", "optimizer.lr=1e-3",
@@ -10,9 +11,9 @@ TEST_CASE("overrides: --set overrides any leaf - with JSON or bare-word values",
                             "checkpoint.dir=/tmp/ck", "checkpoint.dir=\"/tmp/ck2\"", "logging.metrics_file=m.jsonl"})
                      .recipe;
   CHECK(r.training.steps == 20);
-  CHECK(r.training.dtype == "fp32");
+  CHECK(r.training.dtype == Precision::FP32);
   CHECK(r.optimizer.lr == 1e-3);
-  CHECK(r.optimizer.beta1 == 0.8);
+  CHECK(r.optimizer.beta1() == 0.8);
   CHECK(r.parallel.sequence_parallel);
   CHECK(r.checkpoint.dir == "/tmp/ck2");  // the last override wins
   CHECK(r.logging.metrics_file == "m.jsonl");
