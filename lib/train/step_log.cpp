@@ -26,14 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string first_non_finite_gradient(const model::Transformer& model) {
-  for (const auto& p : model.parameters().all()) {
-    const at::Tensor g = p.grad();
-    if (g.defined() && !at::isfinite(g).all().item<bool>()) return p.name;
-  }
-  return "none on this rank";
-}
-
 // The TensorBoard scalars of a logged step: the metrics line's numbers under grouped tags.
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const metrics::StepMetrics& m) {
   std::vector<std::pair<std::string, double>> s = {
@@ -91,10 +83,7 @@ StepLog::StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& m
   if (log_ && r.logging.metrics_file) metrics_file_ = std::make_unique<metrics::MetricsFile>(*r.logging.metrics_file);
   if (log_ && r.logging.tensorboard_dir)
     tensorboard_ = std::make_unique<metrics::TensorBoardWriter>(*r.logging.tensorboard_dir);
-  const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device);
-  first_bad_loss_ = at::zeros({}, scalar);
-  first_bad_norm_ = at::zeros({}, scalar);
-  run_start_ = last_read_ = Clock::now();
+  run_start_ = Clock::now();
   reset_peak_memory(device.is_cuda());
 }
 
@@ -139,58 +128,11 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
   if (floor_) say(fmt::format("loss floor of this data: {:.4f} nats/token", *floor_));
 }
 
-void StepLog::after_step(int64_t step, double lr, const StepFigures& f, const parallel::OverlapStats* overlap,
-                         bool read_now) {
-  at::NoGradGuard no_grad;
-  const at::Tensor loss = f.loss_sum / at::clamp_min(f.real_tokens, 1.0);
-  // Remember the first step whose figures were not finite, without reading them.
-  first_bad_loss_ = at::where((first_bad_loss_ == 0) & ~at::isfinite(loss), double(step), first_bad_loss_);
-  first_bad_norm_ = at::where((first_bad_norm_ == 0) & ~at::isfinite(f.grad_norm), double(step), first_bad_norm_);
-  ++steps_since_read_;
-  times_since_read_ += f.times;
-  const bool logged = step % recipe_.logging.interval == 0 || step == recipe_.training.steps;
-  if (!logged && !read_now) return;
-
-  // The one host synchronisation of these steps.
-  const at::Tensor host =
-      at::stack({loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_}).to(at::kCPU);
-  const auto now = Clock::now();
-  const double elapsed = std::chrono::duration<double>(now - last_read_).count();
-  const double seconds = elapsed / double(steps_since_read_);
-  logged_times_ = times_since_read_.scaled(1.0 / double(steps_since_read_));
-  times_since_read_ = StepTimes{};
-  time_timed_ += elapsed;
-  steps_timed_ += steps_since_read_;
-  last_read_ = now;
-  steps_since_read_ = 0;
-  const double step_loss = host[0].item<double>(), grad_norm = host[2].item<double>();
-  // Micro-batch scope: one loss per micro-batch and dp rank; global-batch scope: one per time slot.
-  const bool global_scope = recipe_.model.moe && recipe_.model.moe->aux_loss_scope == recipe::AuxLossScope::GlobalBatch;
-  const double step_aux = host[1].item<double>() / double(mesh_.grad_accum_steps * (global_scope ? 1 : mesh_.dp));
-  last_loss_ = step_loss;
-  const double bad_loss = host[3].item<double>(), bad_norm = host[4].item<double>();
-  if (bad_loss > 0 || bad_norm > 0) {
-    print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap, f);
-    check_finite(step, step_loss, grad_norm, bad_loss, bad_norm);
-  }
-  if (logged) print_step(step, lr, step_loss, step_aux, grad_norm, seconds, overlap, f);
-}
-
-void StepLog::check_finite(int64_t step, double loss, double grad_norm, double first_bad_loss,
-                           double first_bad_norm) const {
-  const bool loss_bad = first_bad_loss > 0 && (first_bad_norm == 0 || first_bad_loss <= first_bad_norm);
-  const int64_t first = int64_t(loss_bad ? first_bad_loss : first_bad_norm);
-  const double value = loss_bad ? loss : grad_norm;
-  const std::string gradients =
-      loss_bad ? ""
-      : first == step ? fmt::format(" (first non-finite gradient: {})", first_non_finite_gradient(model_))
-                      : "";
-  throw TrainingFailure(fmt::format(
-      "step {}: the {} is {}{}{}; training diverged and stops (the last checkpoint is intact). Try a lower "
-      "optimizer.lr or a longer optimizer.warmup_steps, training.grad_clip, checking the data for bad tokens{}",
-      first, loss_bad ? "loss" : "gradient norm", first == step ? fmt::format("{}", value) : "not finite",
-      first == step ? "" : fmt::format(" (seen at the read after step {})", step), gradients,
-      recipe_.training.dtype == recipe::Precision::BF16 ? ", or training.dtype fp32 to rule out a bf16 overflow" : ""));
+void StepLog::after_step(StepEnd& end) {
+  if (!end.reading) return;
+  const StepReading& r = *end.reading;
+  // A diverged step's line is printed before the divergence check stops the run.
+  if (r.logged || r.diverged()) print_step(end, r);
 }
 
 std::string StepLog::moe_statistics(const StepFigures& f, nlohmann::json* extra) const {
@@ -222,16 +164,19 @@ std::string StepLog::moe_statistics(const StepFigures& f, nlohmann::json* extra)
   return fmt::format(" | expert load max/mean {:.2f} (layer {}, cv {:.2f})", worst, worst_layer, worst_cv);
 }
 
-void StepLog::print_step(int64_t step, double lr, double loss, double aux, double grad_norm, double seconds,
-                         const parallel::OverlapStats* overlap, const StepFigures& f) {
+metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading& reading) const {
   const recipe::Recipe& r = recipe_;
+  const int64_t step = end.step;
+  const double seconds = reading.seconds;
+  const StepFigures& f = end.figures;
+  const parallel::OverlapStats* overlap = end.overlap;
   const bool on_gpu = device_.is_cuda();
   metrics::StepMetrics m;
   m.step = step;
   m.total_steps = r.training.steps;
-  m.loss = loss;
-  m.lr = lr;
-  m.grad_norm = grad_norm;
+  m.loss = reading.loss;
+  m.lr = end.lr;
+  m.grad_norm = reading.grad_norm;
   const int64_t global_tokens = mesh_.global_batch_size * r.training.seq_len;
   const auto throughput =
       metrics::measure_throughput(global_tokens, seconds, counts_.flops_per_token, mesh_.world_size, peak_tflops_);
@@ -240,10 +185,10 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
   m.mfu = throughput.mfu;
   m.mem_peak_bytes = on_gpu ? metrics::cuda_memory_stats().peak_allocated_bytes : metrics::CpuMemoryTracker::peak_bytes();
   m.time_s = seconds;
-  m.eta_s = time_timed_ / double(std::max<int64_t>(1, steps_timed_)) * double(r.training.steps - step);
+  m.eta_s = reading.mean_step_s * double(r.training.steps - step);
   m.extra = {{"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start_).count()},
              {"consumed_samples", step * mesh_.global_batch_size}};
-  if (r.model.moe) m.extra["aux_loss"] = aux;
+  if (r.model.moe) m.extra["aux_loss"] = reading.aux_loss;
   if (floor_) m.extra["loss_floor"] = *floor_;
   m.extra["mem_predicted_bytes"] = int64_t(predicted_.peak_bytes);
   m.extra["step_time_predicted_s"] = predicted_.has_time ? nlohmann::json(predicted_.step_time_s) : nlohmann::json();
@@ -267,7 +212,7 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
   {
     // Where the step's time went (train/step_times.h); `other_s`: the rest of the wall time
     // (pipeline sends and receives outside computation, the gradient norm, logging, evaluation).
-    const StepTimes& t = logged_times_;
+    const StepTimes& t = reading.times;
     m.extra["time_breakdown"] = {{"data_s", t.data_s},           {"forward_s", t.forward_s},
                                  {"backward_s", t.backward_s},   {"comm_wait_s", t.comm_wait_s},
                                  {"optimizer_s", t.optimizer_s}, {"checkpoint_s", t.checkpoint_s},
@@ -275,6 +220,15 @@ void StepLog::print_step(int64_t step, double lr, double loss, double aux, doubl
     if (!t.comm_wait_by_group_s.empty()) m.extra["comm_wait_by_group_s"] = t.comm_wait_by_group_s;
   }
   if (overlap && overlap->param_gather_wait_s >= 0) m.extra["dp_overlap"]["param_gather_wait_s"] = overlap->param_gather_wait_s;
+  return m;
+}
+
+void StepLog::print_step(const StepEnd& end, const StepReading& reading) {
+  const StepFigures& f = end.figures;
+  const int64_t step = end.step;
+  const double seconds = reading.seconds;
+  const bool on_gpu = device_.is_cuda();
+  metrics::StepMetrics m = step_metrics(end, reading);
   std::string moe_summary;
   if (f.moe_load.defined()) moe_summary = moe_statistics(f, &m.extra);
   say(metrics::format_console_line(m) + moe_summary);

@@ -2,9 +2,25 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "runtime/stop_signal.h"
 
 namespace trainer::train {
+
+StopVote::StopVote(comm::Communicator& world, c10::Device device, int64_t first_step, int64_t total_steps)
+    : world_(world), device_(device), total_steps_(total_steps) {
+  publish(first_step);
+}
+
+void StopVote::publish(int64_t step) const {
+  runtime::StopSignal::set_stop_step(std::min(step + 2, total_steps_));
+}
+
+void StopVote::after_step(StepEnd& end) {
+  end.stopping = poll();
+  publish(end.step);
+}
 
 StopVote::~StopVote() {
   try {

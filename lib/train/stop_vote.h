@@ -9,19 +9,28 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "train/step_observer.h"
 
 namespace trainer::train {
 
-class StopVote {
+class StopVote : public StepObserver {
  public:
-  StopVote(comm::Communicator& world, c10::Device device) : world_(world), device_(device) {}
+  // Publishes the step a stop signal would end on from `first_step` (the step training starts
+  // from) of `total_steps`.
+  StopVote(comm::Communicator& world, c10::Device device, int64_t first_step, int64_t total_steps);
   ~StopVote();
   // Reads the previous step's vote and posts this step's; true when some rank asked to stop.
   bool poll();
+  // StepEnd::stopping from the vote; a signal is acknowledged at once (by rank 0) naming the step
+  // the vote will end on: one posted during step s is read at step s + 1.
+  void after_step(StepEnd& end) override;
 
  private:
+  void publish(int64_t step) const;
+
   comm::Communicator& world_;
   c10::Device device_;
+  int64_t total_steps_;
   at::Tensor posted_;
   std::unique_ptr<comm::Work> work_;
 };

@@ -33,16 +33,9 @@ void all_reduce_scalars(comm::Communicator& group, std::vector<at::Tensor*> valu
   for (size_t i = 0; i < values.size(); ++i) *values[i] = packed[int64_t(i)];
 }
 
-StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
+std::vector<MicroBatch> TrainStep::load_micro_batches(int64_t consumed_samples, StepFigures& f) const {
   const int64_t accumulation = mesh_.grad_accum_steps, batch = recipe_.training.micro_batch_size;
-  comm::Communicator& dp = groups_.get(mesh::GroupKind::DpCp);
-  const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device_);
-  const std::atomic<int64_t>& wait_ns = groups_.context().wait_ns;
-  const PhaseClock whole(wait_ns), data(wait_ns);
-
-  // All micro-batches first: the loss is normalised by the real targets of the global batch.
   std::vector<MicroBatch> batches;
-  StepFigures f{at::zeros({}, scalar), at::zeros({}, scalar), at::zeros({}, scalar), {}};
   for (int64_t m = 0; m < accumulation; ++m) {
     const uint64_t first = first_sample_of(uint64_t(consumed_samples), groups_.coordinates().dp, accumulation, m, batch);
     batches.push_back(context_part(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
@@ -50,6 +43,36 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
                                    mesh_.cp, groups_.coordinates().cp));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
+  return batches;
+}
+
+void TrainStep::record_chunk_times(const parallel::StepExecutor& executor, StepFigures& f) const {
+  // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
+  // group fills them all.
+  const auto& seconds = executor.compute_seconds();
+  const int64_t chunks = int64_t(seconds.size());
+  at::Tensor packed = at::zeros({chunks * 3 + mesh_.pp}, at::kDouble);
+  auto view = packed.accessor<double, 1>();
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t k = 0; k < 3; ++k) view[c * 3 + k] = seconds[size_t(c)][size_t(k)] / double(mesh_.grad_accum_steps);
+  view[chunks * 3 + pipeline_.stage] = double(metrics::CpuMemoryTracker::peak_bytes());
+  if (mesh_.pp > 1) groups_.get(mesh::GroupKind::Pp).all_reduce(packed, comm::ReduceOp::Sum)->wait();
+  f.chunk_seconds = packed.narrow(0, 0, chunks * 3).view({chunks, 3});
+  f.stage_peak_bytes = packed.narrow(0, chunks * 3, mesh_.pp);
+}
+
+StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
+  comm::Communicator& dp = groups_.get(mesh::GroupKind::DpCp);
+  const auto scalar = at::TensorOptions().dtype(at::kDouble).device(device_);
+  const std::atomic<int64_t>& wait_ns = groups_.context().wait_ns;
+  const PhaseClock whole(wait_ns), data(wait_ns);
+
+  // All micro-batches first: the loss is normalised by the real targets of the global batch.
+  StepFigures f;
+  f.loss_sum = at::zeros({}, scalar);
+  f.aux_sum = at::zeros({}, scalar);
+  f.real_tokens = at::zeros({}, scalar);
+  const std::vector<MicroBatch> batches = load_micro_batches(consumed_samples, f);
   f.times.data_s = data.seconds();
   all_reduce_scalars(dp, {&f.real_tokens});
   // At least one, so that a batch whose targets are all ignored gives a zero loss, not NaN.
@@ -82,20 +105,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   const auto compute = executor.compute_seconds_without_waits();
   f.times.forward_s = compute[0];
   f.times.backward_s = compute[1];
-  if (device_.is_cpu()) {
-    // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
-    // group fills them all.
-    const auto& seconds = executor.compute_seconds();
-    const int64_t chunks = int64_t(seconds.size());
-    at::Tensor packed = at::zeros({chunks * 3 + mesh_.pp}, at::kDouble);
-    auto view = packed.accessor<double, 1>();
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int64_t k = 0; k < 3; ++k) view[c * 3 + k] = seconds[size_t(c)][size_t(k)] / double(accumulation);
-    view[chunks * 3 + pipeline_.stage] = double(metrics::CpuMemoryTracker::peak_bytes());
-    if (mesh_.pp > 1) groups_.get(mesh::GroupKind::Pp).all_reduce(packed, comm::ReduceOp::Sum)->wait();
-    f.chunk_seconds = packed.narrow(0, 0, chunks * 3).view({chunks, 3});
-    f.stage_peak_bytes = packed.narrow(0, chunks * 3, mesh_.pp);
-  }
+  if (device_.is_cpu()) record_chunk_times(executor, f);
   optimizer_.finish_gradients();
   all_reduce_scalars(dp, {&f.loss_sum});
   // MoE losses are split over the tp ranks too (each routes its part of the sequence).

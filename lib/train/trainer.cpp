@@ -5,7 +5,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 
+#include <map>
 #include <optional>
+#include <vector>
 
 #include <stdexcept>
 
@@ -16,15 +18,18 @@
 #include "metrics/cpu_memory.h"
 #include "model/transformer.h"
 #include "optim/lr_schedule.h"
-#include "train/checkpoint_saver.h"
-#include "train/step_profiler.h"
-#include "runtime/trace_scope.h"
-#include "train/evaluation.h"
 #include "parallel/gpu_support.h"
 #include "runtime/stop_signal.h"
+#include "train/checkpointing.h"
+#include "train/divergence_check.h"
 #include "train/optimizer_driver.h"
+#include "train/periodic_evaluation.h"
+#include "train/profiling.h"
+#include "train/routing_bias_update.h"
 #include "train/run_start.h"
 #include "train/step_log.h"
+#include "train/step_observer.h"
+#include "train/step_reader.h"
 #include "train/stop_vote.h"
 #include "train/train_step.h"
 #include "train/training_state.h"
@@ -87,6 +92,64 @@ void check_checkpoint_room(const recipe::Recipe& r, const model::Transformer& mo
   checkpoint::check_checkpoint_dir(*r.checkpoint.dir, groups.global_rank(), elements * per_element / uint64_t(shards));
 }
 
+// The optimizer step of `figures`' gradients: clip, wait for a checkpoint snapshot in flight, update.
+void update(OptimizerDriver& optimizer, Checkpointing& checkpointing, const recipe::Recipe& r, double lr,
+            StepFigures& figures, const std::atomic<int64_t>& wait_ns) {
+  StepTimes& times = figures.times;
+  PhaseClock phase(wait_ns);
+  optimizer.clip(r.training.grad_clip, figures.grad_norm);
+  phase.lap(&times.optimizer_s, &times.comm_wait_s);
+  checkpointing.fence();
+  phase.lap(&times.checkpoint_s, &times.comm_wait_s);
+  optimizer.step(lr);
+  phase.lap(&times.optimizer_s, &times.comm_wait_s);
+}
+
+// Each group's collective waits since the previous step.
+void count_waits_by_group(const comm::CommContext& context, std::map<std::string, int64_t>& before, StepTimes& times) {
+  const auto waits = context.waits_by_group();
+  for (const auto& [group, ns] : waits) times.comm_wait_by_group_s[group] = double(ns - before[group]) * 1e-9;
+  before = waits;
+}
+
+// Steps until training.steps, or until a stop on a signal (returns false then): compute -> clip ->
+// update, then the observers in order.
+bool run_steps(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, TrainStep& step,
+               OptimizerDriver& optimizer, Checkpointing& checkpointing, const std::vector<StepObserver*>& observers,
+               Progress& progress) {
+  const recipe::Recipe& r = loaded.recipe;
+  const std::atomic<int64_t>& wait_ns = groups.context().wait_ns;
+  std::map<std::string, int64_t> waits_logged = groups.context().waits_by_group();
+  while (progress.step < r.training.steps) {
+    groups.context().step = progress.step + 1;
+    const double lr = optim::learning_rate(r.optimizer, r.training.steps, progress.step);
+    optimizer.zero_grad();
+    for (StepObserver* o : observers) o->before_step(progress.step + 1);
+    StepFigures figures = step.compute_gradients(progress.consumed_samples);
+    update(optimizer, checkpointing, r, lr, figures, wait_ns);
+    figures.times += checkpointing.take_time();  // the previous step's save
+    count_waits_by_group(groups.context(), waits_logged, figures.times);
+    progress.step += 1;
+    progress.consumed_samples += loaded.mesh->global_batch_size;
+
+    StepEnd end{.step = progress.step,
+                .lr = lr,
+                .figures = figures,
+                .overlap = optimizer.overlap(),
+                .last = progress.step == r.training.steps,
+                .interval_save = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0,
+                .stopping = false,
+                .reading = std::nullopt,
+                .stop = false};
+    for (StepObserver* o : observers) {
+      o->after_step(end);
+      if (end.stop) return false;
+    }
+    for (StepObserver* o : observers) o->end_of_step(end);
+  }
+  return true;
+}
+
 }  // namespace
 
 TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, const TrainOptions& options) {
@@ -105,99 +168,40 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);
   StepLog log(loaded, model, device, groups.global_rank() == 0 ? options.log : nullptr);
+  StepReader reader(loaded, device, /*checkpoints=*/r.checkpoint.dir.has_value());  // times steps from here
   auto say = [&log](const std::string& line) { log.say(line); };
   const RunStart start = prepare_run_start(loaded, model, optimizer, say);
   if (start.finished) return *start.finished;
   Progress progress = start.progress;
   log.print_opening(*dataset, optimizer.describe());
 
-  CheckpointSaver saver(loaded, groups, say);
-  std::optional<EvaluationResult> last_evaluation;
-  auto state = [&] {
+  PeriodicEvaluation evaluation(model, held_out.get(), loaded, groups, pipeline, device, log);
+  const std::atomic<int64_t>& wait_ns = groups.context().wait_ns;
+  Checkpointing checkpointing(loaded, groups, say, [&] {
     optimizer.wait_parameter_gathers();  // the parameters hold the update before they are captured
     auto content = capture_training_state(model, optimizer.checkpoint_records(), optimizer.steps_taken(), loaded,
                                           progress, groups, optimizer.parameter_records());
     if (const model::RoutingBias* bias = model.routing_bias()) content.extra["moe_routing_bias"] = bias->to_json();
-    if (last_evaluation)
-      content.extra["evaluation"] = {{"loss", last_evaluation->loss}, {"perplexity", last_evaluation->perplexity}};
+    if (const auto& last = evaluation.last())
+      content.extra["evaluation"] = {{"loss", last->loss}, {"perplexity", last->perplexity}};
     return content;
-  };
-  saver.reserve(state());
+  }, options.claim, wait_ns);
   TrainStep step(model, optimizer, *dataset, r, mesh, groups, pipeline, device);
-  StopVote stop_vote(groups.world(), device);
+  StopVote stop_vote(groups.world(), device, progress.step, r.training.steps);
+  if (groups.global_rank() == 0) runtime::StopSignal::enable_acknowledgement(checkpointing.enabled());
+  RoutingBiasUpdate bias_update(model, r);
+  DivergenceCheck divergence(model, r);
+  Profiling profiling(r.profiling, groups.global_rank(), device.is_cuda(), say);
+  const std::vector<StepObserver*> observers = {&bias_update, &stop_vote, &reader,        &log,
+                                                &divergence,  &evaluation, &checkpointing, &profiling};
   TrainSummary summary;
   summary.first_step = progress.step;
-  const std::atomic<int64_t>& wait_ns = groups.context().wait_ns;
-  StepTimes saving;  // checkpoint time after a step's log: counted in the next step's figures
-  std::map<std::string, int64_t> waits_logged = groups.context().waits_by_group();
-  StepProfiler profiler(r.profiling, groups.global_rank(), device.is_cuda());
-  // A stop signal is acknowledged at once (by rank 0), naming the step the stop vote will end on:
-  // one posted during step s is read at step s + 1 (stop_vote.h).
-  auto publish_stop_step = [&] { runtime::StopSignal::set_stop_step(std::min(progress.step + 2, r.training.steps)); };
-  publish_stop_step();
-  if (groups.global_rank() == 0) runtime::StopSignal::enable_acknowledgement(saver.enabled());
-  while (progress.step < r.training.steps) {
-    groups.context().step = progress.step + 1;
-    const double lr = optim::learning_rate(r.optimizer, r.training.steps, progress.step);
-    optimizer.zero_grad();
-    profiler.before_step(progress.step + 1);
-    std::optional<runtime::TraceScope> step_scope;  // the step in profiler traces, up to its checkpoint
-    step_scope.emplace(fmt::format("step {}", progress.step + 1));  // once a step: formatted always
-    StepFigures figures = step.compute_gradients(progress.consumed_samples);
-    StepTimes& times = figures.times;
-    PhaseClock phase(wait_ns);
-    optimizer.clip(r.training.grad_clip, figures.grad_norm);
-    phase.lap(&times.optimizer_s, &times.comm_wait_s);
-    saver.fence();
-    phase.lap(&times.checkpoint_s, &times.comm_wait_s);
-    optimizer.step(lr);
-    phase.lap(&times.optimizer_s, &times.comm_wait_s);
-    times += saving;
-    saving = StepTimes{};
-    const auto waits = groups.context().waits_by_group();
-    for (const auto& [group, ns] : waits) times.comm_wait_by_group_s[group] = double(ns - waits_logged[group]) * 1e-9;
-    waits_logged = waits;
-    // Auxiliary-loss-free balancing: every rank moves the same biases by the step's loads.
-    if (model::RoutingBias* bias = model.routing_bias()) bias->update(figures.moe_load, r.model.moe->bias_update_rate);
-    progress.step += 1;
-    progress.consumed_samples += mesh.global_batch_size;
-
-    const bool last = progress.step == r.training.steps;
-    const bool stopping = stop_vote.poll();
-    publish_stop_step();
-    const bool interval_save = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0;
-    // Figures are read (and checked for divergence) before anything is saved.
-    log.after_step(progress.step, lr, figures, optimizer.overlap(), stopping || (saver.enabled() && interval_save));
-    if (held_out && (progress.step % r.evaluation.interval == 0 || last || stopping)) {
-      last_evaluation = evaluate(model, *held_out, r, mesh, groups, pipeline, device);
-      log.evaluation(progress.step, *last_evaluation);
-    }
-    if (options.claim && options.claim->lost())
-      throw TrainingFailure(fmt::format("checkpoint.dir {} was taken over by {}; this job stops without writing "
-                                        "another checkpoint",
-                                        *r.checkpoint.dir, options.claim->lost_to()));
-    if (stopping) {
-      say(fmt::format("stopping after step {} on a signal", progress.step));
-      saver.save(state(), progress.step, "on stop", false);
-      summary.stopped_by_signal = true;
-      break;
-    }
-    phase.restart();
-    if (last)
-      saver.save(state(), progress.step, "final", false);
-    else if (interval_save)
-      saver.save(state(), progress.step, "interval", true);
-    phase.lap(&saving.checkpoint_s, &saving.comm_wait_s);
-    step_scope.reset();
-    if (const auto trace = profiler.after_step(progress.step))
-      say(fmt::format("profile of steps {}-{}: one trace per rank in {} (rank 0: {})", r.profiling.steps[0],
-                      r.profiling.steps[1], r.profiling.dir.value_or(""), *trace));
-    saver.report_committed();
-  }
+  summary.stopped_by_signal = !run_steps(loaded, groups, step, optimizer, checkpointing, observers, progress);
+  if (summary.stopped_by_signal) profiling.close_step();
   optimizer.wait_parameter_gathers();
   summary.steps_completed = progress.step;
-  summary.last_loss = log.last_loss();
-  summary.last_checkpoint = saver.finish();
+  summary.last_loss = reader.last_loss();
+  summary.last_checkpoint = checkpointing.finish();
   return summary;
 }
 

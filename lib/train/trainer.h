@@ -2,10 +2,11 @@
 // The training loop of one rank: builds the model, the gradient buffers and optimizer, the start
 // (resume or initial weights), then runs steps: the step executor's forward and backward over the
 // global batch (train_step.h: loss normalised by its real-token count, gradients reduced in fp32
-// buckets overlapped with backward, optionally ZeRO-1), clipping, AdamW with warm-up and decay;
-// metrics from rank 0 with one host read per logged step (step_log.h), evaluation, checkpoints
-// (checkpoint_saver.h) and a clean stop on SIGINT/SIGTERM agreed by all ranks (stop_vote.h).
-// Non-finite loss or gradients stop the run with an error naming the step and the quantity.
+// buckets overlapped with backward, or ZeRO), clipping, the optimizer update with warm-up and
+// decay, then the step's observers in order (step_observer.h): the routing-bias update, the stop
+// vote on SIGINT/SIGTERM agreed by all ranks, one host read of the figures per logged step
+// (step_reader.h), the rank-0 log, the divergence check (a non-finite loss or gradient stops the
+// run naming the step and the quantity), evaluation, checkpoints and profiler traces.
 #include <cstdio>
 #include <string>
 

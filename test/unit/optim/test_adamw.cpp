@@ -27,10 +27,20 @@ struct ReferenceAdam {
   }
 };
 
+// A whole (unsharded) parameter holding `tensor`, which must require grad.
+model::Parameter make_param(std::string name, at::Tensor tensor, bool weight_decay) {
+  model::Parameter p;
+  p.name = std::move(name);
+  p.global_shape = tensor.sizes().vec();
+  p.tensor = std::move(tensor);
+  p.weight_decay = weight_decay;
+  return p;
+}
+
 std::deque<model::Parameter> make_params(c10::ScalarType dtype) {
   std::deque<model::Parameter> params;
-  params.push_back({"w", {4}, {}, at::tensor({0.5, -1.0, 2.0, 0.0}, at::kDouble).to(dtype).requires_grad_(true), true});
-  params.push_back({"norm", {2}, {}, at::tensor({1.0, 1.0}, at::kDouble).to(dtype).requires_grad_(true), false});
+  params.push_back(make_param("w", at::tensor({0.5, -1.0, 2.0, 0.0}, at::kDouble).to(dtype).requires_grad_(true), true));
+  params.push_back(make_param("norm", at::tensor({1.0, 1.0}, at::kDouble).to(dtype).requires_grad_(true), false));
   return params;
 }
 }  // namespace
@@ -83,7 +93,9 @@ TEST_CASE("AdamW over bf16 gradients in slices of the copy budget equals one sli
     std::deque<model::Parameter> params;
     for (int k = 0; k < 3; ++k) {
       at::manual_seed(10 + k);
-      params.push_back({"w" + std::to_string(k), {37}, {}, at::randn({37}).to(at::kBFloat16).requires_grad_(true), true});
+      std::string name = "w";
+      name += std::to_string(k);  // not "w" + ...: GCC 12 warns falsely about that operator+
+      params.push_back(make_param(name, at::randn({37}).to(at::kBFloat16).requires_grad_(true), true));
       params.back().tensor.mutable_grad() = at::randn({37}).to(at::kBFloat16);
     }
     recipe::OptimizerConfig config;
