@@ -5,7 +5,6 @@
 // Torch-free. An unknown GPU name is a UserError listing the known ones, never a silent default.
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "recipe/choices.h"

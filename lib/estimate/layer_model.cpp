@@ -2,8 +2,6 @@
 
 #include "counting/loss_chunks.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <stdexcept>
 #include <vector>

@@ -8,7 +8,6 @@
 // too, and with context and expert parallelism (ring or Ulysses attention, the experts' all-to-all
 // dispatch: lib/parallel/context, lib/parallel/expert).
 #include <cstdint>
-#include <string>
 
 #include "estimate/tensor_timeline.h"
 #include "recipe/choices.h"

@@ -9,7 +9,6 @@
 //               backward: the input gradient's all-reduce or reduce-scatter behind the weight-gradient
 //               GEMMs, the sequence-parallel re-gather behind the input-gradient GEMMs) shows only
 //               max(0, comm - those GEMMs); everything else inside a layer is exposed.
-#include <string>
 
 #include "estimate/comm_model.h"
 #include "estimate/hardware.h"

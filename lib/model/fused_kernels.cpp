@@ -1,6 +1,5 @@
 #include "model/fused_kernels.h"
 
-
 namespace trainer::model {
 
 FusedKernels FusedKernels::from(const std::vector<recipe::FusedKernel>& kernels) {

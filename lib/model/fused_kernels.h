@@ -14,7 +14,6 @@
 //                      fusion) instead of a bf16 product added afterwards
 #include <ATen/core/Tensor.h>
 
-#include <string>
 #include <vector>
 
 #include "recipe/choices.h"

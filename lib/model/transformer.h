@@ -6,7 +6,6 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "model/attention.h"

@@ -43,6 +43,14 @@ std::vector<std::string> enum_names() {
   return names;
 }
 
+// The spellings of some values of one enum, in the order given.
+template <class E, size_t N>
+std::vector<std::string> names_of(const std::array<E, N>& values) {
+  std::vector<std::string> names;
+  for (E v : values) names.emplace_back(name_of(v));
+  return names;
+}
+
 // training.dtype and parallel.grad_reduce_dtype.
 enum class Precision { BF16, FP32 };
 constexpr EnumEntries<Precision, 2> enum_entries(Precision) {

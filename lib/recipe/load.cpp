@@ -78,7 +78,9 @@ void resolve_recipe_paths(json& user, const std::string& base_dir) {
   for (const char* key : kPathKeys) {
     json* value = const_cast<json*>(get_path(user, key));
     if (!value) continue;
-    if (std::string(key) == "checkpoint.resume" && (*value == "auto" || *value == "none")) continue;
+    if (std::string(key) == "checkpoint.resume" && value->is_string() &&
+        ResumeFrom::parse(value->get<std::string>()).mode != ResumeFrom::Mode::Path)
+      continue;
     resolve(*value);
   }
   for (const char* list : {"data.paths", "evaluation.paths"})

@@ -1,6 +1,6 @@
 #pragma once
 // The resolved recipe as typed values: defaults applied, derived fields filled in
-// (num_key_value_heads, head_dim, moe_intermediate_size, etp), every rule checked, enum-like keys
+// (num_key_value_heads, head_dim, moe_intermediate_size, topk_group, moe.layers, etp), every rule checked, enum-like keys
 // as the enums of choices.h. Obtained from load_recipe() (recipe/load.h); torch-free, shared by the
 // runtime and the estimator.
 //
@@ -265,7 +265,7 @@ struct ParallelConfig {
         "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters (gathered "
         "layer by layer where they are used), over the data- and context-parallel ranks (experts "
         "over their edp ranks).");
-    t.key("pipeline_schedule", &ParallelConfig::pipeline_schedule, any().one_of({"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"}),
+    t.key("pipeline_schedule", &ParallelConfig::pipeline_schedule, any().one_of(names_of(kTrainingSchedules)),
         "Pipeline schedule ([distributed.md](distributed.md#pipeline-schedules); `trainer "
         "schedule` draws any of them).");
     t.key("pipeline_layout", &ParallelConfig::pipeline_layout, at_least(0).null_is_empty(),

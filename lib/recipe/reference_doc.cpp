@@ -16,19 +16,15 @@ constexpr const char* kBegin = "<!-- generated: keys of ";
 constexpr const char* kBeginTail = " (lib/recipe/recipe.h; regenerate with scripts/update_recipe_docs) -->";
 constexpr const char* kEnd = "<!-- end of generated keys -->";
 
-std::string number(double v) {
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
-  return fmt::format("{}", v);
-}
 
 // "integer >= 1", "integer 1..4096", "number > 0", "list of 2 numbers in 0..1"; every integer's
 // bound of 2^40 is documented once under "Model sizes" and not repeated.
 std::string range_text(const KeySpec& s, bool list) {
   const bool generic_max = s.max && *s.max == double(kMaxInteger);
   const std::optional<double> max = generic_max ? std::nullopt : s.max;
-  if (s.min && max) return fmt::format("{}{}..{}", list ? " in " : " ", number(*s.min), number(*max));
-  if (s.min) return fmt::format(" {} {}", s.min_exclusive ? ">" : ">=", number(*s.min));
-  if (max) return fmt::format(" <= {}", number(*max));
+  if (s.min && max) return fmt::format("{}{}..{}", list ? " in " : " ", format_number(*s.min), format_number(*max));
+  if (s.min) return fmt::format(" {} {}", s.min_exclusive ? ">" : ">=", format_number(*s.min));
+  if (max) return fmt::format(" <= {}", format_number(*max));
   return "";
 }
 

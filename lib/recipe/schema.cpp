@@ -90,10 +90,6 @@ std::vector<KeySpec> build_schema() {
   return s;
 }
 
-std::string format_number(double v) {
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
-  return fmt::format("{}", v);
-}
 
 std::string bounds_text(const KeySpec& spec) {
   std::string text;
@@ -124,6 +120,11 @@ std::string choice_problem(const KeySpec& spec, const json& value, const std::st
 }
 
 }  // namespace
+
+std::string format_number(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  return fmt::format("{}", v);
+}
 
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> table = build_schema();

@@ -41,6 +41,10 @@ const KeySpec* find_key(const std::string& path);
 // Paths of the direct members of a section ("" is the top level).
 std::vector<std::string> member_paths(const std::string& section);
 
+// A number as messages and docs write it: integral values without a fraction ("4096"), others
+// with the shortest digits ("0.02").
+std::string format_number(double value);
+
 // Describes what a key accepts, for messages: "an integer >= 1", "one of gpipe, 1f1b, ...".
 std::string describe_expected(const KeySpec& spec);
 

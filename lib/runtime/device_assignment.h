@@ -3,7 +3,6 @@
 // --cpu flag, the worker's place on its node and the GPUs there. Decided before anything starts
 // (no process group, no allocation), so a layout that cannot work is refused as a recipe error.
 #include <cstdint>
-#include <string>
 
 #include "recipe/choices.h"
 

@@ -2,14 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cmath>
 
-#include "core/error.h"
 #include "core/plural.h"
 #include "estimate/hardware.h"
 #include "metrics/cpu_memory.h"
@@ -61,8 +59,8 @@ void reset_peak_memory(bool on_gpu) {
 
 }  // namespace
 
-StepLog::StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& model, c10::Device device, FILE* log)
-    : loaded_(loaded), recipe_(loaded.recipe), mesh_(loaded.mesh.value()), model_(model), device_(device), log_(log) {
+StepLog::StepLog(const recipe::LoadedRecipe& loaded, c10::Device device, FILE* log)
+    : loaded_(loaded), recipe_(loaded.recipe), mesh_(loaded.mesh.value()), device_(device), log_(log) {
   const recipe::Recipe& r = recipe_;
   counts_ = estimate::count_model(r.model, r.training.seq_len);
   // What the estimator predicts for this very run (torch-free, the same code as `trainer estimate`).

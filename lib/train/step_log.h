@@ -2,7 +2,6 @@
 // What the run tells its user (rank 0): the opening lines (model, data, mesh, optimizer), one
 // console line and one metrics-file record per logged step (from the figures step_reader.h read),
 // the estimator's prediction beside the first measurement, and evaluation results.
-#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <chrono>
@@ -18,7 +17,6 @@
 #include "metrics/metrics_file.h"
 #include "metrics/step_metrics.h"
 #include "model/transformer.h"
-#include "parallel/data/grad_buckets.h"
 #include "recipe/load.h"
 #include "train/evaluation.h"
 #include "train/step_observer.h"
@@ -29,7 +27,7 @@ namespace trainer::train {
 class StepLog : public StepObserver {
  public:
   // `log` null: this rank prints nothing (every rank but 0).
-  StepLog(const recipe::LoadedRecipe& loaded, const model::Transformer& model, c10::Device device, FILE* log);
+  StepLog(const recipe::LoadedRecipe& loaded, c10::Device device, FILE* log);
 
   void say(const std::string& line) const;
   void print_opening(const data::Dataset& dataset, const std::string& optimizer_description);
@@ -48,7 +46,6 @@ class StepLog : public StepObserver {
   const recipe::LoadedRecipe& loaded_;
   const recipe::Recipe& recipe_;
   const recipe::MeshShape& mesh_;
-  const model::Transformer& model_;
   c10::Device device_;
   FILE* log_;
   estimate::ModelCounts counts_;

@@ -19,13 +19,13 @@ class StopVote : public StepObserver {
   // from) of `total_steps`.
   StopVote(comm::Communicator& world, c10::Device device, int64_t first_step, int64_t total_steps);
   ~StopVote();
-  // Reads the previous step's vote and posts this step's; true when some rank asked to stop.
-  bool poll();
   // StepEnd::stopping from the vote; a signal is acknowledged at once (by rank 0) naming the step
   // the vote will end on: one posted during step s is read at step s + 1.
   void after_step(StepEnd& end) override;
 
  private:
+  // Reads the previous step's vote and posts this step's; true when some rank asked to stop.
+  bool poll();
   void publish(int64_t step) const;
 
   comm::Communicator& world_;

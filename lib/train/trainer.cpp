@@ -3,13 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <fmt/format.h>
 
 #include <map>
-#include <optional>
 #include <vector>
-
-#include <stdexcept>
 
 #include "checkpoint/dir_check.h"
 #include "core/error.h"
@@ -167,8 +163,10 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   model::Transformer model(model_options(r, mesh, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);
-  StepLog log(loaded, model, device, groups.global_rank() == 0 ? options.log : nullptr);
-  StepReader reader(loaded, device, /*checkpoints=*/r.checkpoint.dir.has_value());  // times steps from here
+  StepLog log(loaded, device, groups.global_rank() == 0 ? options.log : nullptr);
+  // Times steps from here. A run saves checkpoints exactly when it has a checkpoint.dir
+  // (CheckpointSaver::enabled), and then the figures are read before each save.
+  StepReader reader(loaded, device, /*checkpoints=*/r.checkpoint.dir.has_value());
   auto say = [&log](const std::string& line) { log.say(line); };
   const RunStart start = prepare_run_start(loaded, model, optimizer, say);
   if (start.finished) return *start.finished;
