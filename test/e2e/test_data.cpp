@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "jsonl.h"
+#include "pip_install.h"
 #include "process.h"
 
 using namespace trainer::test;
@@ -14,14 +15,8 @@ using namespace trainer::test;
 namespace {
 
 void install_megatron_core() {
-  const auto r = run_process({"/bin/bash", "-c",
-                              "source " + source_dir() + "/third_party/pins.sh && " + std::string(TRAINER_PYTHON) +
-                                  " -m pip install -q --disable-pip-version-check numpy \"${TORCH_PYTHON_DEPS[@]}\" && " +
-                                  TRAINER_PYTHON + " -m pip install -q --disable-pip-version-check --no-deps "
-                                  "\"${MEGATRON_TEST_PACKAGES[@]}\""},
-                             900);
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
+  pip_install("numpy \"${TORCH_PYTHON_DEPS[@]}\"");
+  pip_install("--no-deps \"${MEGATRON_TEST_PACKAGES[@]}\"");
 }
 
 std::vector<double> losses_on(const std::string& path, const std::string& metrics) {

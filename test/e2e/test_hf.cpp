@@ -10,6 +10,7 @@
 #include <map>
 
 #include "jsonl.h"
+#include "pip_install.h"
 #include "process.h"
 
 using namespace trainer::test;
@@ -21,12 +22,7 @@ std::string python() { return TRAINER_PYTHON; }
 void install_transformers() {
   static bool done = false;
   if (done) return;
-  const auto r = run_process({"/bin/bash", "-c",
-                              "source " + source_dir() + "/third_party/pins.sh && " + python() +
-                                  " -m pip install -q --disable-pip-version-check \"${TEST_PIP_PACKAGES[@]}\""},
-                             900);
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
+  pip_install("\"${TEST_PIP_PACKAGES[@]}\"");
   done = true;
 }
 

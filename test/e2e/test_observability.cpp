@@ -11,6 +11,7 @@
 #include <set>
 
 #include "jsonl.h"
+#include "pip_install.h"
 #include "process.h"
 
 using namespace trainer::test;
@@ -20,12 +21,7 @@ namespace {
 void install_tensorboard() {
   static bool done = false;
   if (done) return;
-  const auto r = run_process({"/bin/bash", "-c",
-                              "source " + source_dir() + "/third_party/pins.sh && " + std::string(TRAINER_PYTHON) +
-                                  " -m pip install -q --disable-pip-version-check \"${TENSORBOARD_PIP_PACKAGES[@]}\""},
-                             900);
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
+  pip_install("\"${TENSORBOARD_PIP_PACKAGES[@]}\"");
   done = true;
 }
 
