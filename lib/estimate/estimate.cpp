@@ -97,7 +97,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     const double dense_bytes = e * double(stage.params.dense), expert_bytes = e * double(stage.params.expert);
     const double dense_ranks = double(mesh.shard_dp() * mesh.cp), expert_ranks = double(mesh.edp);
     if (p.zero >= 3) {
-      // ZeRO-3 (parallel/data/zero3_gathers.h): each unit gathered for its forward and, when
+      // ZeRO-3 (engine/zero/zero3_gathers.h): each unit gathered for its forward and, when
       // resharded after forward, again for its backward, one unit prefetched; under pipeline
       // parallelism a stage's units stay gathered from the step's first forward on. Gradients
       // reduce-scattered every micro-batch unless accumulated unsharded (the pipeline default).

@@ -94,11 +94,11 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     return (zero >= from_stage ? pd / dense_ranks : pd) + (zero >= from_stage ? pe / expert_ranks : pe);
   };
   sm.parameters = e * sharded(3);
-  // The gradient buffers (parallel/data/grad_buckets.h): fp32 unless grad_reduce_dtype is bf16.
+  // The gradient buffers (engine/grad_buckets.h): fp32 unless grad_reduce_dtype is bf16.
   sm.gradients = options.grad_bytes * sharded(2);
   // AdamW (optim/adamw.cpp): exp_avg and exp_avg_sq in fp32, plus fp32 master weights when
   // training in bf16. With ZeRO and data parallelism the distributed optimizer
-  // (parallel/data/distributed_optimizer.cpp) keeps all three for its shard whatever the dtype.
+  // (engine/zero/distributed_optimizer.cpp) keeps all three for its shard whatever the dtype.
   const bool sharded_optimizer = zero >= 1 && data_parallel;
   const double state_bytes = sharded_optimizer || e != 4 ? 12 : 8;
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
@@ -123,7 +123,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   }
   sm.model_buffers = double(shape.head_dim / 2) * 4.0;
   if (zero >= 2 && data_parallel) {
-    // ZeRO-2 (parallel/data/grad_buckets.h): besides the shards, full-size bucket buffers while
+    // ZeRO-2 (engine/grad_buckets.h): besides the shards, full-size bucket buffers while
     // they accumulate and while their reduce-scatter is in flight (at most two per communicator;
     // Gloo reduces them in place too). Every micro-batch: one accumulating, two in flight.
     // Accumulating unsharded over several micro-batches: every full buffer from the first
@@ -136,7 +136,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   }
   PhaseExtra zero3_extra;
   if (zero >= 3 && data_parallel) {
-    // ZeRO-3 (parallel/data/zero3_gathers.h): a unit computes while the next one (in backward the
+    // ZeRO-3 (engine/zero/zero3_gathers.h): a unit computes while the next one (in backward the
     // previous one) is gathered; each phase of the micro-batch's timeline sees the units gathered
     // then (run_chunk's PhaseExtra). Without resharding after forward, or under pipeline parallelism (kept for
     // all micro-batches), every unit is gathered once the forward is done. A tied embedding stays

@@ -64,7 +64,7 @@ struct Parameter {
   bool expert = false;
 
   // Where the gradient goes. Without gradient buffers: tensor.grad(), as autograd would. With
-  // them (parallel::GradBuckets installs both): main_grad is this parameter's view of its bucket
+  // them (engine::GradBuckets installs both): main_grad is this parameter's view of its bucket
   // (fp32 for bf16 parameters by default); every contribution is added into it and then
   // grad_ready() is called, so the bucket knows when its last gradient of the step has arrived.
   at::Tensor main_grad;

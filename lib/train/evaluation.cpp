@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "parallel/pipeline/executor.h"
+#include "engine/executor.h"
 #include "train/batch.h"
 #include "train/train_step.h"
 
@@ -21,7 +21,7 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
   parallel::ScheduleSpec spec = pipeline.spec;
   spec.kind = parallel::forward_only_for(spec.kind);
   const int64_t last_chunk = pipeline.model_chunks() - 1;
-  const parallel::PipelineLinks links = pipeline_links(
+  const engine::PipelineLinks links = pipeline_links(
       spec, recipe, mesh, groups, at::TensorOptions().dtype(model.options().dtype).device(device));
   const std::vector<parallel::Action> actions = parallel::stage_schedule(spec, pipeline.stage);
   for (int64_t k = 0; k < recipe.evaluation.steps; ++k) {
@@ -41,7 +41,7 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
       if (c == last_chunk) loss_sum += out.loss_sum;
       return y;
     };
-    parallel::StepExecutor executor(forward, {}, nullptr, pipeline.model_chunks(), links);
+    engine::StepExecutor executor(forward, {}, nullptr, pipeline.model_chunks(), links);
     executor.run(actions, /*forward_only=*/true);
   }
   // The loss lives on the stage of the model's last chunk.

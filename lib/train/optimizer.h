@@ -13,7 +13,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "model/parameter.h"
-#include "parallel/data/distributed_optimizer.h"
+#include "engine/zero/distributed_optimizer.h"
 
 namespace trainer::train {
 
@@ -31,7 +31,7 @@ class Optimizer {
   // state marked so that one rank writes it.
   virtual std::vector<checkpoint::TensorRecord> checkpoint_records() const = 0;
   // Loads this rank's state tensor by tensor, then sets the step count.
-  virtual void load_state(const parallel::StateReader& read, int64_t steps_taken) = 0;
+  virtual void load_state(const engine::StateReader& read, int64_t steps_taken) = 0;
   // The run's opening line about the optimizer, given the buckets' part ("3 gradient buckets")
   // and the gradient dtype's (", bf16 gradients", or empty).
   virtual std::string describe(const std::string& buckets, const std::string& dtype) const = 0;
@@ -40,7 +40,7 @@ class Optimizer {
   // the update (before checkpoints and exports read them).
   virtual void wait_parameter_gathers() {}
   // Seconds the last step waited for parameter all-gathers; -1 when it gathers none
-  // (parallel::OverlapStats::param_gather_wait_s).
+  // (engine::OverlapStats::param_gather_wait_s).
   virtual double parameter_gather_wait_s() const { return -1; }
 
   // ZeRO-3: frees every gathered parameter (before a step, and before the update makes them stale).

@@ -17,10 +17,10 @@ bool sharded(const recipe::Recipe& recipe, const mesh::ProcessGroups& groups) {
   return recipe.parallel.zero >= 1 && groups.get(mesh::GroupKind::DpCp).size() > 1;
 }
 
-parallel::BucketOptions bucket_options(const recipe::Recipe& recipe, model::ParameterSet& set,
+engine::BucketOptions bucket_options(const recipe::Recipe& recipe, model::ParameterSet& set,
                                        const mesh::ProcessGroups& groups) {
   const auto& params = set.all();
-  parallel::BucketOptions options;
+  engine::BucketOptions options;
   options.bucket_bytes = int64_t(recipe.parallel.grad_bucket_mb * 1024 * 1024);
   options.overlap = recipe.parallel.overlap_grad_reduce;
   options.sharded = sharded(recipe, groups);
@@ -41,7 +41,7 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
                                  const mesh::ProcessGroups& groups)
     : model_(model),
       groups_(groups),
-      buckets_(std::make_unique<parallel::GradBuckets>(model.parameters().all(), groups,
+      buckets_(std::make_unique<engine::GradBuckets>(model.parameters().all(), groups,
                                                        bucket_options(recipe, model.parameters(), groups))) {
   // The one place that decides which optimizer runs; every method below asks it, never which it is.
   if (sharded(recipe, groups))
@@ -50,7 +50,7 @@ OptimizerDriver::OptimizerDriver(model::Transformer& model, const recipe::Recipe
     optimizer_ = std::make_unique<ReplicatedOptimizer>(model.parameters(), recipe.optimizer, groups);
 }
 
-const parallel::OverlapStats* OptimizerDriver::overlap() const {
+const engine::OverlapStats* OptimizerDriver::overlap() const {
   for (const auto& b : buckets_->buckets())
     if (b.comm->size() > 1) {
       overlap_ = buckets_->stats();
@@ -126,7 +126,7 @@ std::vector<checkpoint::TensorRecord> OptimizerDriver::checkpoint_records() cons
   return optimizer_->checkpoint_records();
 }
 
-void OptimizerDriver::load_state(const parallel::StateReader& read, int64_t steps_taken) {
+void OptimizerDriver::load_state(const engine::StateReader& read, int64_t steps_taken) {
   optimizer_->load_state(read, steps_taken);
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The optimizer as the training loop sees it: the gradient buffers (parallel::GradBuckets, fp32
+// The optimizer as the training loop sees it: the gradient buffers (engine::GradBuckets, fp32
 // unless parallel.grad_reduce_dtype says bf16, reduced over each parameter's group), whose norm
 // and clipping serve every optimizer, then the Optimizer chosen once at construction: replicated
 // AdamW (ZeRO 0, or one data-parallel rank) or ZeRO-1/2/3 (ZeRO-2's buckets keep only their
@@ -13,7 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
-#include "parallel/data/grad_buckets.h"
+#include "engine/grad_buckets.h"
 #include "recipe/recipe.h"
 #include "train/optimizer.h"
 
@@ -44,11 +44,11 @@ class OptimizerDriver {
   // After the parameters were set from outside (model.init_from): the fp32 master weights follow.
   void refresh_master_weights();
   // Loads this rank's state (its ZeRO-1 fragments, or all of it) tensor by tensor.
-  void load_state(const parallel::StateReader& read, int64_t steps_taken);
+  void load_state(const engine::StateReader& read, int64_t steps_taken);
 
   // Overlap figures of the gradient reductions (and ZeRO's parameter gathers), when there are any
   // across ranks.
-  const parallel::OverlapStats* overlap() const;
+  const engine::OverlapStats* overlap() const;
   // ZeRO: waits for the parameter all-gathers of the last step, which otherwise complete during the
   // next forward. Call before reading parameters outside a forward (checkpoints, exports).
   void wait_parameter_gathers();
@@ -63,9 +63,9 @@ class OptimizerDriver {
  private:
   model::Transformer& model_;
   const mesh::ProcessGroups& groups_;
-  std::unique_ptr<parallel::GradBuckets> buckets_;
+  std::unique_ptr<engine::GradBuckets> buckets_;
   std::unique_ptr<Optimizer> optimizer_;  // built after the buckets, whose buffers it updates
-  mutable parallel::OverlapStats overlap_;
+  mutable engine::OverlapStats overlap_;
 };
 
 }  // namespace trainer::train

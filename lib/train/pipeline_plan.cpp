@@ -33,10 +33,10 @@ PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mes
   return plan;
 }
 
-parallel::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
+engine::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
                                        const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
                                        at::TensorOptions options) {
-  parallel::PipelineLinks links;
+  engine::PipelineLinks links;
   if (mesh.pp == 1) return links;
   links.group = &groups.get(mesh::GroupKind::Pp);
   links.peer = [spec](const parallel::Action& a) { return parallel::peer_stage(spec, a); };

@@ -7,7 +7,7 @@
 
 #include "model/transformer.h"
 #include "mesh/process_groups.h"
-#include "parallel/pipeline/executor.h"
+#include "engine/executor.h"
 #include "parallel/pipeline/schedule.h"
 #include "recipe/mesh_shape.h"
 #include "recipe/recipe.h"
@@ -31,7 +31,7 @@ PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mes
 
 // The executor's links to the neighbouring stages for `spec` (none with one stage): [s, b, h]
 // activations in the model dtype, the sequence shard of this tp rank under sequence parallelism.
-parallel::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
+engine::PipelineLinks pipeline_links(const parallel::ScheduleSpec& spec, const recipe::Recipe& r,
                                        const recipe::MeshShape& mesh, const mesh::ProcessGroups& groups,
                                        at::TensorOptions options);
 

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/manifest_check.h"
-#include "parallel/data/replicas.h"
+#include "engine/replicas.h"
 
 namespace trainer::train {
 
@@ -24,16 +24,16 @@ std::vector<checkpoint::TensorRecord> ReplicatedOptimizer::checkpoint_records() 
                       : checkpoint::TensorRecord::slice(s.name, p->real_part(s.tensor), p->global_shape, p->offsets());
     // Held by every rank with the same slice of the parameter (its step count: every rank of the
     // stage holding the parameter).
-    const auto holders = p && s.tensor.dim() > 0 ? parallel::parameter_replicas(groups_.layout(), groups_.global_rank(), *p)
-                         : p ? parallel::holder_replicas(groups_.layout(), groups_.global_rank(), *p)
-                             : parallel::stage_replicas(groups_.layout(), groups_.global_rank());
-    if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
+    const auto holders = p && s.tensor.dim() > 0 ? engine::parameter_replicas(groups_.layout(), groups_.global_rank(), *p)
+                         : p ? engine::holder_replicas(groups_.layout(), groups_.global_rank(), *p)
+                             : engine::stage_replicas(groups_.layout(), groups_.global_rank());
+    if (holders.ranks.size() > 1) record.replicated = engine::as_replication(holders);
     out.push_back(std::move(record));
   }
   return out;
 }
 
-void ReplicatedOptimizer::load_state(const parallel::StateReader& read, int64_t steps_taken) {
+void ReplicatedOptimizer::load_state(const engine::StateReader& read, int64_t steps_taken) {
   at::NoGradGuard no_grad;
   for (const auto& s : adamw_.state()) {
     const model::Parameter* p = params_.find(checkpoint::parameter_of_optimizer_state(s.name));

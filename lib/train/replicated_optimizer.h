@@ -22,7 +22,7 @@ class ReplicatedOptimizer final : public Optimizer {
   // the ranks holding the same slice (a step count: over the ranks holding the parameter).
   std::vector<checkpoint::TensorRecord> checkpoint_records() const override;
   // Missing fp32 master weights (a checkpoint of an fp32 run) are taken from the parameters.
-  void load_state(const parallel::StateReader& read, int64_t steps_taken) override;
+  void load_state(const engine::StateReader& read, int64_t steps_taken) override;
   std::string describe(const std::string& buckets, const std::string& dtype) const override;
 
  private:

@@ -167,7 +167,7 @@ metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading
   const int64_t step = end.step;
   const double seconds = reading.seconds;
   const StepFigures& f = end.figures;
-  const parallel::OverlapStats* overlap = end.overlap;
+  const engine::OverlapStats* overlap = end.overlap;
   const bool on_gpu = device_.is_cuda();
   metrics::StepMetrics m;
   m.step = step;

@@ -9,7 +9,7 @@
 
 #include "train/step_times.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 struct OverlapStats;
 }
 
@@ -33,7 +33,7 @@ struct StepEnd {
   int64_t step = 0;  // the optimizer step just finished, 1-based
   double lr = 0;
   const StepFigures& figures;
-  const parallel::OverlapStats* overlap = nullptr;  // the data-parallel overlap of this step, if any
+  const engine::OverlapStats* overlap = nullptr;  // the data-parallel overlap of this step, if any
   bool last = false;           // training.steps reached
   bool interval_save = false;  // checkpoint.interval falls on this step
   bool stopping = false;       // set by the stop vote: every rank stops after this step

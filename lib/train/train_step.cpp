@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "metrics/cpu_memory.h"
-#include "parallel/pipeline/executor.h"
+#include "engine/executor.h"
 #include "train/batch.h"
 
 namespace trainer::train {
@@ -46,7 +46,7 @@ std::vector<MicroBatch> TrainStep::load_micro_batches(int64_t consumed_samples, 
   return batches;
 }
 
-void TrainStep::record_chunk_times(const parallel::StepExecutor& executor, StepFigures& f) const {
+void TrainStep::record_chunk_times(const engine::StepExecutor& executor, StepFigures& f) const {
   // Each chunk and each stage's peak has one row, filled by its stage: a sum over the pipeline
   // group fills them all.
   const auto& seconds = executor.compute_seconds();
@@ -91,12 +91,12 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     f.loss_sum += out.loss_sum.detach();
     return out.loss_sum / divisor;
   };
-  parallel::StepExecutor::GradientHooks hooks;
+  engine::StepExecutor::GradientHooks hooks;
   hooks.begin_backward = [this](int64_t c, bool last) { optimizer_.begin_backward(pipeline_.local_chunk(c), last); };
   hooks.end_backward = [this](int64_t c) { optimizer_.end_backward(pipeline_.local_chunk(c)); };
-  const parallel::PipelineLinks links = pipeline_links(
+  const engine::PipelineLinks links = pipeline_links(
       pipeline_.spec, recipe_, mesh_, groups_, at::TensorOptions().dtype(model_.options().dtype).device(device_));
-  parallel::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
+  engine::StepExecutor executor(forward, hooks, &model_.parameters().weight_grads(), pipeline_.model_chunks(), links);
   executor.count_collective_waits(&wait_ns);
 
   optimizer_.begin_step();

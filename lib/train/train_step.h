@@ -12,7 +12,7 @@
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
 #include "recipe/load.h"
-#include "parallel/pipeline/executor.h"
+#include "engine/executor.h"
 #include "train/batch.h"
 #include "train/optimizer_driver.h"
 #include "train/pipeline_plan.h"
@@ -58,7 +58,7 @@ class TrainStep {
   std::vector<MicroBatch> load_micro_batches(int64_t consumed_samples, StepFigures& f) const;
   // On the CPU: each model chunk's compute seconds per micro-batch and each stage's peak memory,
   // summed over the pipeline group so that every stage has every row.
-  void record_chunk_times(const parallel::StepExecutor& executor, StepFigures& f) const;
+  void record_chunk_times(const engine::StepExecutor& executor, StepFigures& f) const;
   // MoE statistics of the step from every layer's MoeStepState, over all ranks.
   void gather_moe_statistics(StepFigures& f) const;
 

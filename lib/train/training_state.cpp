@@ -15,7 +15,7 @@
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
 #include "core/plural.h"
-#include "parallel/data/replicas.h"
+#include "engine/replicas.h"
 
 namespace trainer::train {
 
@@ -67,15 +67,15 @@ checkpoint::CheckpointContent capture_training_state(const model::Transformer& m
     if (parameter_records) break;  // the optimizer holds them (ZeRO-3)
     if (p.real_numel() == 0) continue;  // padding rows only (a vocabulary padded past its last id)
     auto record = checkpoint::TensorRecord::slice(p.name, p.real_part(p.tensor.detach()), p.global_shape, p.offsets());
-    const parallel::ReplicaSet holders = parallel::parameter_replicas(layout, groups.global_rank(), p);
-    if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
+    const engine::ReplicaSet holders = engine::parameter_replicas(layout, groups.global_rank(), p);
+    if (holders.ranks.size() > 1) record.replicated = engine::as_replication(holders);
     records.push_back(std::move(record));
   }
   for (auto& r : optimizer_records) records.push_back(std::move(r));
   // The default CPU generator's state (nothing in training draws from it today; kept so that
   // anything that does later resumes exactly).
   auto rng = checkpoint::TensorRecord::whole("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-  if (layout.world_size() > 1) rng.replicated = parallel::as_replication(parallel::world_replicas(layout, groups.global_rank()));
+  if (layout.world_size() > 1) rng.replicated = engine::as_replication(engine::world_replicas(layout, groups.global_rank()));
   records.push_back(std::move(rng));
   content.tensors = checkpoint::records_to_write(std::move(records));
   content.extra = {{"optimizer_steps", optimizer_steps}};
@@ -181,7 +181,7 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
   return count;
 }
 
-parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded) {
+engine::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded) {
   return [&loaded](const std::string& name, const std::vector<int64_t>& offsets,
                    const std::vector<int64_t>& shape) -> std::optional<at::Tensor> {
     if (loaded.contains(name)) return loaded.read(name, offsets, shape);

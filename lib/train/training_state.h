@@ -11,7 +11,7 @@
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "parallel/data/distributed_optimizer.h"
+#include "engine/zero/distributed_optimizer.h"
 #include "recipe/load.h"
 
 namespace trainer::train {
@@ -22,7 +22,7 @@ struct Progress {
 };
 
 // What this rank writes of a checkpoint: each parameter slice and the optimizer state are held by
-// the ranks with the same slice (parallel/data/replicas.h) and spread over them
+// the ranks with the same slice (engine/replicas.h) and spread over them
 // (shard_assignment.h), so each unique slice is written once; ZeRO-1 fragments are written by
 // their owner. The records point at the live tensors. `parameter_records`: the parameters'
 // records when the optimizer holds them (ZeRO-3's shards; possibly none on a rank whose shards are
@@ -59,6 +59,6 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
 // Reads optimizer tensors from `loaded` for OptimizerDriver::load_state (one slice at a time).
 // Returns nothing only for state that may be missing (checkpoint::required_optimizer_state: the
 // master weights of a parameter stored in fp32); any other missing tensor is a UserError naming it.
-parallel::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded);
+engine::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& loaded);
 
 }  // namespace trainer::train

@@ -8,9 +8,9 @@ namespace trainer::train {
 namespace {
 
 // ZeRO-3's options from the recipe, or none below stage 3.
-std::optional<parallel::Zero3Options> zero3_options(const recipe::Recipe& recipe, const model::Transformer& model) {
+std::optional<engine::Zero3Options> zero3_options(const recipe::Recipe& recipe, const model::Transformer& model) {
   if (recipe.parallel.zero < 3) return std::nullopt;
-  parallel::Zero3Options zero3;
+  engine::Zero3Options zero3;
   zero3.reshard_after_forward = recipe.parallel.reshard_after_forward();
   // Under pipeline parallelism a stage's parameters stay gathered for all of its micro-batches
   // (torchtitan's default; the gradients are then reduced once, after the last one).
@@ -22,7 +22,7 @@ std::optional<parallel::Zero3Options> zero3_options(const recipe::Recipe& recipe
 
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(parallel::GradBuckets& buckets, model::Transformer& model, const recipe::Recipe& recipe,
+ZeroOptimizer::ZeroOptimizer(engine::GradBuckets& buckets, model::Transformer& model, const recipe::Recipe& recipe,
                              const mesh::ProcessGroups& groups)
     : groups_(groups),
       stage_(recipe.parallel.zero),
@@ -31,18 +31,18 @@ ZeroOptimizer::ZeroOptimizer(parallel::GradBuckets& buckets, model::Transformer&
       sharded_(buckets, model.parameters(), recipe.optimizer, recipe.parallel.overlap_param_gather,
                zero3_options(recipe, model)) {}
 
-void ZeroOptimizer::load_state(const parallel::StateReader& read, int64_t steps_taken) {
+void ZeroOptimizer::load_state(const engine::StateReader& read, int64_t steps_taken) {
   at::NoGradGuard no_grad;
   sharded_.load_state(read);
   sharded_.set_steps_taken(steps_taken);
 }
 
 void ZeroOptimizer::release_gathered_parameters() {
-  if (parallel::Zero3Gathers* gathers = sharded_.zero3_gathers()) gathers->release_all();
+  if (engine::Zero3Gathers* gathers = sharded_.zero3_gathers()) gathers->release_all();
 }
 
 void ZeroOptimizer::end_backward(int64_t chunk) {
-  if (parallel::Zero3Gathers* gathers = sharded_.zero3_gathers()) gathers->end_backward(chunk);
+  if (engine::Zero3Gathers* gathers = sharded_.zero3_gathers()) gathers->end_backward(chunk);
 }
 
 std::optional<std::vector<checkpoint::TensorRecord>> ZeroOptimizer::parameter_records() const {

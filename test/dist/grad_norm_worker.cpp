@@ -19,8 +19,8 @@
 
 #include "checkpoint/shard_assignment.h"
 #include "mesh/process_groups.h"
-#include "parallel/data/grad_buckets.h"
-#include "parallel/data/replicas.h"
+#include "engine/grad_buckets.h"
+#include "engine/replicas.h"
 #include "worker_groups.h"
 
 using namespace trainer;
@@ -83,10 +83,10 @@ int main(int argc, char** argv) {
       params.create(spec.name, spec.shape, model::InitKind::Zeros, shards).grad_group = spec.grad_group;
       slices.push_back(slice);
     }
-    parallel::BucketOptions options;
+    engine::BucketOptions options;
     options.bucket_bytes = 40;  // several buckets
     options.sharded = sharded;
-    parallel::GradBuckets buckets(params.all(), groups, options);
+    engine::GradBuckets buckets(params.all(), groups, options);
 
     // Each rank of a parameter's reduction group adds a different share; the shares sum to one.
     buckets.begin_step();
@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
     const double clipped = buckets.grad_norm().item<double>();
     expect(std::fabs(clipped - expected / 2) <= 1e-6 * expected, fmt::format("clipped norm {}", clipped));
     for (const auto& b : buckets.buckets()) {
-      const int64_t lo = sharded ? parallel::GradBuckets::shard_begin(b) : 0;
-      const int64_t hi = sharded ? lo + parallel::GradBuckets::shard_numel(b) : b.numel;
+      const int64_t lo = sharded ? engine::GradBuckets::shard_begin(b) : 0;
+      const int64_t hi = sharded ? lo + engine::GradBuckets::shard_numel(b) : b.numel;
       for (size_t j = 0; j < b.params.size(); ++j) {
         const at::Tensor want = slices[b.params[j]].reshape({-1}) * coefficient;
         const int64_t begin = b.offsets[j], end = begin + want.numel();
@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
     std::vector<checkpoint::TensorRecord> records;
     for (const auto& p : params.all()) {
       auto record = checkpoint::TensorRecord::slice(p.name, p.tensor.detach(), p.global_shape, p.offsets());
-      const auto holders = parallel::parameter_replicas(layout, rank, p);
-      if (holders.ranks.size() > 1) record.replicated = parallel::as_replication(holders);
+      const auto holders = engine::parameter_replicas(layout, rank, p);
+      if (holders.ranks.size() > 1) record.replicated = engine::as_replication(holders);
       records.push_back(std::move(record));
     }
     for (const auto& r : checkpoint::records_to_write(records))

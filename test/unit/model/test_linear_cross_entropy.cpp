@@ -67,7 +67,7 @@ TEST_CASE("chunked linear cross-entropy defers its weight gradient and adds it i
   const at::Tensor h = at::randn({n, hidden}, at::kDouble);
   const at::Tensor targets = at::randint(0, vocab, {n}, at::kLong);
   const Reference ref = reference(h, w.tensor, targets, vocab, 1.0);
-  // Gradient buffers as parallel::GradBuckets installs them: main_grad and a readiness callback.
+  // Gradient buffers as engine::GradBuckets installs them: main_grad and a readiness callback.
   w.main_grad = at::zeros_like(w.tensor);
   int ready = 0;
   w.grad_ready = [&] { ++ready; };

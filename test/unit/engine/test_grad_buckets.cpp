@@ -7,9 +7,9 @@
 
 #include <cmath>
 
+#include "engine/grad_buckets.h"
 #include "mesh/process_groups.h"
 #include "model_test_util.h"
-#include "parallel/data/grad_buckets.h"
 
 using namespace trainer;
 
@@ -32,9 +32,9 @@ TEST_CASE("bf16 parameters accumulate micro-batches in fp32 gradient buffers", "
     CAPTURE(tie);
     model::Transformer m = tiny_model(at::kBFloat16, tie);
     model::Transformer reference = tiny_model(at::kBFloat16, tie);
-    parallel::BucketOptions options;
+    engine::BucketOptions options;
     options.bucket_bytes = 2000;  // several buckets
-    parallel::GradBuckets buckets(m.parameters().all(), *groups, options);
+    engine::GradBuckets buckets(m.parameters().all(), *groups, options);
     REQUIRE(buckets.buckets().size() > 2);
     // The experts are reduced over their own group, in their own buckets.
     for (const auto& b : buckets.buckets())

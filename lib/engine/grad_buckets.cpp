@@ -1,4 +1,4 @@
-#include "parallel/data/grad_buckets.h"
+#include "engine/grad_buckets.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "model/tensor_storage.h"
-#include "parallel/data/replicas.h"
+#include "engine/replicas.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 namespace {
 
@@ -347,4 +347,4 @@ void GradBuckets::scale(const at::Tensor& coefficient) {
   }
 }
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

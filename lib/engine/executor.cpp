@@ -1,4 +1,4 @@
-#include "parallel/pipeline/executor.h"
+#include "engine/executor.h"
 #include "runtime/trace_scope.h"
 
 #include <ATen/ATen.h>
@@ -10,7 +10,11 @@
 #include <chrono>
 #include <stdexcept>
 
-namespace trainer::parallel {
+namespace trainer::engine {
+
+using parallel::check_schedule;
+using parallel::is_compute;
+using parallel::to_string;
 
 namespace {
 // The profiler-trace name of an action (runtime/trace_scope.h).
@@ -224,4 +228,4 @@ void StepExecutor::finish_receive(const Action& a) {
     output_grads_[{a.micro_batch, a.chunk - 1}] = data;  // chunk c's input gradient is c - 1's output gradient
 }
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

@@ -1,4 +1,4 @@
-#include "parallel/data/zero3_gathers.h"
+#include "engine/zero/zero3_gathers.h"
 
 #include "model/tensor_storage.h"
 
@@ -10,7 +10,7 @@
 #include <chrono>
 #include <stdexcept>
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 
 Zero3Gathers::Zero3Gathers(GradBuckets& buckets, model::ParameterSet& set, const Zero3Options& options)
@@ -163,4 +163,4 @@ double Zero3Gathers::take_wait_s() {
   return s;
 }
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

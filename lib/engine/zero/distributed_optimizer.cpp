@@ -1,4 +1,4 @@
-#include "parallel/data/distributed_optimizer.h"
+#include "engine/zero/distributed_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -8,9 +8,9 @@
 #include <chrono>
 #include <cmath>
 
-#include "parallel/data/replicas.h"
+#include "engine/replicas.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 namespace {
 // Checkpoint names of the three shard buffers, indexed like DistributedOptimizer's Buffer.
@@ -210,4 +210,4 @@ void DistributedOptimizer::load_state(const StateReader& read) {
   }
 }
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

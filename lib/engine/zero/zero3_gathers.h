@@ -28,9 +28,9 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/data/grad_buckets.h"
+#include "engine/grad_buckets.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 struct Zero3Options {
   bool reshard_after_forward = true;
@@ -89,4 +89,4 @@ class Zero3Gathers {
   double wait_s_ = 0;
 };
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

@@ -4,8 +4,8 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include "engine/executor.h"
 #include "model_test_util.h"
-#include "parallel/pipeline/executor.h"
 
 using namespace trainer;
 using K = parallel::Action::Kind;
@@ -34,11 +34,11 @@ std::vector<at::Tensor> run(const std::vector<parallel::Action>& actions, std::v
     const at::Tensor in = tokens.narrow(0, micro, 1);
     return m.forward(in.narrow(1, 0, 8), in.narrow(1, 1, 8)).loss_sum / 16.0;
   };
-  parallel::StepExecutor::GradientHooks hooks;
+  engine::StepExecutor::GradientHooks hooks;
   hooks.begin_backward = [&](int64_t chunk, bool last) {
     if (calls) calls->push_back({chunk, last});
   };
-  parallel::StepExecutor executor(forward, hooks, &m.parameters().weight_grads());
+  engine::StepExecutor executor(forward, hooks, &m.parameters().weight_grads());
   executor.run(actions);
   if (check_deferred) {
     // Nothing may be left in the queue after the W actions.
@@ -77,13 +77,13 @@ TEST_CASE("weight gradients wait for W while input gradients and norm gradients 
   model::Transformer m = tiny_model();
   const at::Tensor tokens = model_test::random_tokens(1, 9, 32, 5);
   auto forward = [&](int64_t, int64_t, const at::Tensor&) { return m.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)).loss_sum; };
-  parallel::StepExecutor executor(forward, {}, &m.parameters().weight_grads());
+  engine::StepExecutor executor(forward, {}, &m.parameters().weight_grads());
   executor.run({{K::Forward, 0, 0}, {K::BackwardInput, 0, 0}, {K::BackwardWeight, 0, 0}});
   for (const auto& p : m.parameters().all()) CHECK(p.grad().defined());
   // Stop before W: run B only through the lower-level pieces.
   model::Transformer n = tiny_model();
   n.parameters().weight_grads().set_deferring(true);
-  parallel::backward_from(n.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)).loss_sum, at::ones({}));
+  engine::backward_from(n.forward(tokens.narrow(1, 0, 8), tokens.narrow(1, 1, 8)).loss_sum, at::ones({}));
   n.parameters().weight_grads().set_deferring(false);
   for (const auto& p : n.parameters().all()) {
     CAPTURE(p.name);
@@ -103,6 +103,6 @@ TEST_CASE("backward starts from an output whose data was released after forward"
 
   at::Tensor y = at::tanh(at::mm(x, w));
   y.set_data(at::empty({0}, y.options()));  // as a pipeline stage does once the output is sent
-  parallel::backward_from(y, go);
+  engine::backward_from(y, go);
   CHECK(at::equal(w.grad(), reference));
 }

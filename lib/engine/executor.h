@@ -32,7 +32,10 @@
 #include "model/weight_grad_queue.h"
 #include "parallel/pipeline/schedule.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
+
+// The executor runs the pipeline schedules' actions (parallel/pipeline/schedule.h).
+using parallel::Action;
 
 // Backward from `output` with its incoming gradient through the autograd engine; frees the graph.
 void backward_from(const at::Tensor& output, const at::Tensor& grad);
@@ -109,4 +112,4 @@ class StepExecutor {
   std::array<double, 2> net_seconds_{0.0, 0.0};
 };
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

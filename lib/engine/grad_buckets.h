@@ -42,7 +42,7 @@
 #include "mesh/process_groups.h"
 #include "model/parameter.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 struct OverlapStats {
   int64_t buckets = 0;
@@ -172,4 +172,4 @@ class GradBuckets {
   OverlapStats stats_;
 };
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/executor.h"
 #include "model_test_util.h"
-#include "parallel/pipeline/executor.h"
 
 using namespace trainer;
 
@@ -114,16 +114,16 @@ std::vector<StageRun> run_pipeline(const parallel::ScheduleSpec& spec) {
       run.events.push_back("F" + std::to_string(m) + "c" + std::to_string(c));
       return chunk_forward(weights, chunks, m, c, input);
     };
-    parallel::StepExecutor::GradientHooks hooks;
+    engine::StepExecutor::GradientHooks hooks;
     hooks.begin_backward = [&](int64_t c, bool) { run.events.push_back("B c" + std::to_string(c)); };
-    parallel::PipelineLinks links;
+    engine::PipelineLinks links;
     links.group = &group;
     links.peer = [spec](const parallel::Action& a) { return parallel::peer_stage(spec, a); };
     links.shape = {kRows, kWidth};
     links.options = at::TensorOptions().dtype(at::kDouble);
     // Plain autograd weights: a split backward's B computes them all, its W has nothing queued.
     model::WeightGradQueue queue;
-    parallel::StepExecutor executor(forward, hooks, &queue, chunks, links);
+    engine::StepExecutor executor(forward, hooks, &queue, chunks, links);
     executor.run(parallel::stage_schedule(spec, stage));
     for (const auto& w : weights) run.grads.push_back(w.grad().defined() ? w.grad().clone() : at::Tensor());
   };

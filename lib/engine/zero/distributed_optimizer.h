@@ -25,11 +25,11 @@
 
 #include "checkpoint/checkpoint.h"
 #include "optim/adamw.h"
-#include "parallel/data/grad_buckets.h"
-#include "parallel/data/zero3_gathers.h"
+#include "engine/grad_buckets.h"
+#include "engine/zero/zero3_gathers.h"
 #include "recipe/recipe.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 // Reads the slice [offsets, offsets + shape) of a checkpointed tensor by global name, or nothing
 // when the checkpoint does not have it and need not (fp32 master weights of an fp32 checkpoint:
@@ -111,4 +111,4 @@ class DistributedOptimizer {
   int64_t steps_taken_ = 0;
 };
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

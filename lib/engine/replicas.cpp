@@ -1,11 +1,11 @@
-#include "parallel/data/replicas.h"
+#include "engine/replicas.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 namespace {
 
@@ -80,4 +80,4 @@ checkpoint::TensorRecord::Replication as_replication(const ReplicaSet& set) {
   return {set.name, set.position, int64_t(set.ranks.size())};
 }
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine

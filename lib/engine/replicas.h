@@ -12,7 +12,7 @@
 #include "mesh/rank_layout.h"
 #include "model/parameter.h"
 
-namespace trainer::parallel {
+namespace trainer::engine {
 
 struct ReplicaSet {
   std::vector<int64_t> ranks;  // ascending global ranks, `rank` included
@@ -42,4 +42,4 @@ ReplicaSet holder_replicas(const mesh::RankLayout& layout, int64_t rank, const m
 // How a checkpoint record of data held by these ranks says so.
 checkpoint::TensorRecord::Replication as_replication(const ReplicaSet& set);
 
-}  // namespace trainer::parallel
+}  // namespace trainer::engine
