@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "estimate/hardware.h"
-#include "estimate/tensor_timeline.h"
+#include "estimate/micro_batch.h"
 #include "recipe/mesh_shape.h"
 
 namespace trainer::estimate {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "estimate/comm_model.h"
-#include "estimate/layer_model.h"
+#include "estimate/micro_batch.h"
 #include "estimate/pipeline_schedule.h"
 #include "estimate/time_model.h"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "estimate/layer_model.h"
+#include "estimate/micro_batch.h"
 #include "estimate/model_counts.h"
 #include "recipe/mesh_shape.h"
 #include "recipe/recipe.h"

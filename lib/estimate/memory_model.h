@@ -1,7 +1,7 @@
 #pragma once
 // Peak memory of one rank of each pipeline stage: the model state that lives through the step
 // (parameters, gradients, optimizer states under ZeRO 0-3), the activations of the micro-batches
-// the schedule keeps in flight, and the timeline of the micro-batch at its peak (layer_model.h).
+// the schedule keeps in flight, and the timeline of the micro-batch at its peak (micro_batch.h).
 // The predicted peak is the device allocator's peak *allocated* bytes (tensors), as
 // torch.cuda.max_memory_allocated and our byte-counting CPU allocator report it; reserved memory
 // (x the allocator's fragmentation factor) and the device total (+ CUDA context, libraries, NCCL)

@@ -1,5 +1,5 @@
 #pragma once
-// Time of the operations a Timeline recorded (layer_model.h) on a GPU profile:
+// Time of the operations a Timeline recorded (micro_batch.h) on a GPU profile:
 //   GEMM        max(flops / (peak * gemm_efficiency) + gemm_latency, bytes / (HBM * hbm_efficiency))
 //   attention   flops / (peak * attention_efficiency) + calls * gemm_latency  (flash attention,
 //               causal half counted; ring attention makes one call per K/V block)
@@ -12,7 +12,7 @@
 
 #include "estimate/comm_model.h"
 #include "estimate/hardware.h"
-#include "estimate/tensor_timeline.h"
+#include "estimate/micro_batch.h"
 
 namespace trainer::estimate {
 

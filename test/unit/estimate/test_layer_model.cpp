@@ -3,7 +3,7 @@
 // compares whole runs).
 #include <catch2/catch.hpp>
 
-#include "estimate/layer_model.h"
+#include "estimate/micro_batch.h"
 
 using namespace trainer::estimate;
 

@@ -3,11 +3,11 @@
 // variable, autograd's saved tensors), and when the last owner lets go. Its running sum is the
 // "allocated" memory of the device allocator, and its maximum the peak. The same replay records
 // what each operation costs (GEMM shapes, attention FLOPs, bytes moved by memory-bound kernels,
-// collectives), so memory and time come from one description of the code (layer_model.h).
+// collectives), so memory and time come from one description of the code (model/*_replay.h).
 #include <cstdint>
 #include <vector>
 
-namespace trainer::estimate {
+namespace trainer::counting {
 
 // The process groups a collective can run in (DESIGN.md section 6).
 enum class CommGroup { Tp, Cp, Ep, Etp, Dp, Edp, Pp };
@@ -89,4 +89,4 @@ class Timeline {
   Costs costs_;
 };
 
-}  // namespace trainer::estimate
+}  // namespace trainer::counting

@@ -1,11 +1,11 @@
-#include "estimate/tensor_timeline.h"
+#include "counting/tensor_timeline.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace trainer::estimate {
+namespace trainer::counting {
 
 void Costs::add(const Costs& other) {
   gemms.insert(gemms.end(), other.gemms.begin(), other.gemms.end());
@@ -63,4 +63,4 @@ Segment Timeline::end() {
   return s;
 }
 
-}  // namespace trainer::estimate
+}  // namespace trainer::counting

@@ -1,0 +1,203 @@
+#include "model/attention_replay.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace trainer::model::replays {
+
+namespace {
+
+// --- attention core: scaled_dot_product_attention (flash: saves q, k, v, out and the fp32
+//     log-sum-exp; no s x s matrix) --------------------------------------------------------
+int64_t q_bytes(Replay& r) { return r.T() * r.s.q_heads * r.s.head_dim * r.e; }
+
+int64_t kv_bytes(Replay& r) { return r.T() * r.s.kv_heads * r.s.head_dim * r.e; }
+
+int64_t lse_bytes(Replay& r) { return r.s.micro_batch * r.s.q_heads * r.s.seq * kF32; }
+
+// CPU flash attention (aten/native/cpu/FlashAttentionKernel.cpp) keeps per-thread blocks:
+// q split 32/64/256 by length, kv split 512.
+int64_t q_split(Replay& r) { return std::min<int64_t>(r.s.seq >= 768 ? 256 : r.s.seq >= 192 ? 64 : 32, r.s.seq); }
+
+int64_t kv_split(Replay& r) { return std::min<int64_t>(512, r.s.seq); }
+
+double attention_flops_forward(Replay& r) {
+  // QK^T and AV: 4 b heads s^2 d, half of it under the causal mask. With cp, each rank's two
+  // chunks see on average half of the whole sequence: the same total split cp ways.
+  const double full = 4.0 * double(r.s.micro_batch) * double(r.s.q_heads) * double(r.s.seq) *
+                      double(r.s.seq * r.s.cp) * double(r.s.head_dim);
+  return full / 2.0;
+}
+
+// Ulysses repeats the key/value heads to lcm(kv, cp) when cp does not divide them
+// (ulysses_attention.cpp): what its all-to-all carries for k and v together.
+int64_t ulysses_kv_bytes(Replay& r) { return 2 * kv_bytes(r) * (r.s.cp / std::gcd(r.s.kv_heads, r.s.cp)); }
+
+// Ring attention runs one flash call per K/V block it holds in turn.
+int64_t attention_calls(Replay& r) { return r.s.cp > 1 && !r.s.ulysses ? r.s.cp : 1; }
+
+void cp_forward_comm(Replay& r) {
+  if (r.s.cp <= 1) return;
+  if (r.s.ulysses) {
+    r.comm(CommKind::AllToAll, CommGroup::Cp, q_bytes(r) + ulysses_kv_bytes(r));
+    r.comm(CommKind::AllToAll, CommGroup::Cp, q_bytes(r));
+  } else {
+    // Ring: every rank passes its K and V block around the cp ranks while computing.
+    r.comm(CommKind::SendRecv, CommGroup::Cp, (r.s.cp - 1) * 2 * kv_bytes(r), /*overlapped=*/true);
+  }
+}
+
+// Returns out; `keep_lse` false when the core runs without autograd (selective recompute).
+Id sdpa_forward(Replay& r, bool keep_lse, Id& lse) {
+  const Id out = r.alloc(q_bytes(r));
+  lse = r.alloc(lse_bytes(r));
+  r.t.costs().attention_flops += attention_flops_forward(r);
+  r.t.costs().attention_calls += attention_calls(r);
+  if (r.s.cp > 1 && !r.s.ulysses) {
+    // Ring attention: the K/V blocks in flight (receive buffers, double-buffered).
+    const Id ring = r.alloc(2 * kv_bytes(r));
+    r.drop(ring);
+  }
+  if (r.s.device == Device::Cpu) {
+    const int64_t qs = q_split(r), kvs = kv_split(r);
+    int64_t ws = r.s.cpu_threads * (qs * kvs + 2 * qs + qs * r.s.head_dim) * kF32;
+    if (r.e != kF32) ws += r.s.cpu_threads * qs * kvs * r.e;
+    r.drop(r.alloc(ws));
+  }
+  cp_forward_comm(r);
+  if (!keep_lse) {
+    r.drop(lse);
+    lse = Timeline::kNone;
+  }
+  return out;
+}
+
+// Consumes the gradient of out and releases q, k, v, out, lse; returns dq, dk, dv.
+void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv) {
+  dq = r.alloc(q_bytes(r));
+  dk = r.alloc(kv_bytes(r));
+  dv = r.alloc(kv_bytes(r));
+  r.t.costs().attention_flops += 2.5 * attention_flops_forward(r);  // flash backward ~ 2.5x forward
+  r.t.costs().attention_calls += attention_calls(r);
+  if (r.s.device == Device::Cpu) {
+    const int64_t qs = q_split(r), kvs = kv_split(r);
+    int64_t ws = r.s.cpu_threads * 2 * qs * kvs * kF32;
+    if (r.e != kF32) ws += r.s.cpu_threads * (2 * qs * kvs * r.e + qs * r.s.head_dim * kF32);
+    r.drop(r.alloc(ws));
+  } else {
+    // FlashAttention-2 backward: fp32 dq accumulator and softmax row sums; with grouped-query
+    // attention dk, dv per query head before the group sum.
+    const Id acc = r.alloc(r.T() * r.s.q_heads * r.s.head_dim * kF32 + lse_bytes(r));
+    Id expand = Timeline::kNone;
+    if (r.s.q_heads != r.s.kv_heads) expand = r.alloc(2 * q_bytes(r));
+    r.drop(acc);
+    r.drop(expand);
+  }
+  if (r.s.cp > 1) {
+    if (r.s.ulysses) {
+      r.comm(CommKind::AllToAll, CommGroup::Cp, q_bytes(r));
+      r.comm(CommKind::AllToAll, CommGroup::Cp, q_bytes(r) + ulysses_kv_bytes(r));
+    } else {
+      const Id ring = r.alloc(2 * kv_bytes(r) + 2 * kv_bytes(r) / r.e * kF32);  // K/V in flight, dK/dV accumulators
+      r.drop(ring);
+      // K/V go round again (cp - 1 hops); each block's fp32 dK/dV travels with it and home (cp hops).
+      r.comm(CommKind::SendRecv, CommGroup::Cp, (r.s.cp - 1) * 2 * kv_bytes(r) + r.s.cp * 2 * kv_bytes(r) / r.e * kF32,
+           /*overlapped=*/true);
+    }
+  }
+  r.drop(g);
+  r.drop(a.k);
+  r.drop(a.q);
+  r.drop(a.v);
+  r.drop(a.lse);
+  r.drop(a.out);
+}
+
+}  // namespace
+
+Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
+  const Id n1 = norm_forward(r, x, r.Tn(), a.norm);
+  a.norm_out = n1;
+  const Id in = gather_input(r, n1);
+  const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
+  const Id q = r.gemm(r.T(), qd, r.H());
+  const Id k = r.gemm(r.T(), kvd, r.H());
+  const Id v = r.gemm(r.T(), kvd, r.H());
+  // column_parallel_linear saves the (sharded) input once for q, k and v: the local reference
+  // (none when it computes the norm's output again in backward).
+  if (in != n1) r.drop(in);
+  if (r.norm_recompute()) {
+    r.drop(n1);
+    a.norm_out = Timeline::kNone;
+  }
+  a.core.q = rope_forward(r, q, q_bytes(r));
+  a.core.k = rope_forward(r, k, kv_bytes(r));
+  a.core.v = v;
+  Id lse = Timeline::kNone;
+  // Recomputed (recomputed_linear: the core and o_proj as one function saving q, k, v): the core
+  // runs without autograd and nobody keeps its output. Otherwise the flash node saves out and
+  // o_proj saves it too: out back to [s, b, heads*d] is a view (SDPA's output follows the query's
+  // memory layout, [s, b, heads, d] here, on the CPU and in the CUDA kernels).
+  a.core.out = sdpa_forward(r, /*keep_lse=*/!r.core_recompute(), lse);
+  a.core.lse = lse;
+  if (!r.core_recompute()) {
+    a.o_in = a.core.out;
+    r.hold(a.o_in);
+  }
+  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), qd));
+  if (r.core_recompute()) {
+    r.drop(a.core.out);
+    a.core.out = Timeline::kNone;
+  }
+  a.h = r.ew(r.Tn() * r.H() * r.e, 2);  // h = x + o
+  r.drop(o);
+  return a.h;
+}
+
+Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
+  const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
+  // o_proj: its input gradient is the gradient of the attention output.
+  const Id go = gather_grad_copy(r, g);
+  if (r.core_recompute()) {
+    // The core again with autograd (out and lse saved), its output o_proj's input, then o_proj's
+    // gradients and the core's backward.
+    Id lse = Timeline::kNone;
+    a.core.out = sdpa_forward(r, /*keep_lse=*/true, lse);
+    a.core.lse = lse;
+    a.o_in = a.core.out;
+    r.hold(a.o_in);
+  }
+  const Id gout = linear_backward(r, go, r.T(), r.H(), qd, a.o_in, /*drop_grad=*/go != g);
+  Id dq, dk, dv;
+  sdpa_backward(r, gout, a.core, dq, dk, dv);
+  const Id gk = rope_backward(r, dk, kv_bytes(r));
+  const Id gq = rope_backward(r, dq, q_bytes(r));
+  if (r.norm_recompute()) a.norm_out = norm_nograd(r, Timeline::kNone, r.Tn());  // the norm's output again
+  const Id gn = column_backward(r, {gq, gk, dv}, {qd, kvd, kvd}, a.norm_out, r.T(), r.sp(), /*reduce=*/true);
+  return norm_backward(r, gn, a.norm, g);
+}
+
+Id attention_nograd(Replay& r, Id x) {
+  const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
+  const Id n1 = norm_nograd(r, x, r.Tn());
+  const Id in = gather_input(r, n1);
+  const Id q = r.gemm(r.T(), qd, r.H());
+  const Id k = r.gemm(r.T(), kvd, r.H());
+  const Id v = r.gemm(r.T(), kvd, r.H());
+  if (in != n1) r.drop(in);
+  r.drop(n1);
+  const Id qr = rope_forward(r, q, q_bytes(r));
+  const Id kr = rope_forward(r, k, kv_bytes(r));
+  Id lse = Timeline::kNone;
+  const Id out = sdpa_forward(r, /*keep_lse=*/false, lse);
+  r.drop(qr);
+  r.drop(kr);
+  r.drop(v);
+  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), qd));
+  r.drop(out);
+  const Id h = r.ew(r.Tn() * r.H() * r.e, 2);
+  r.drop(o);
+  return h;
+}
+
+}  // namespace trainer::model::replays

@@ -1,0 +1,44 @@
+#pragma once
+// The replay of the attention block (attention.cpp): norm, q/k/v projections, rotary, the
+// attention core (attention_backend.cpp: flash SDPA, ring or Ulysses context parallelism from
+// parallel/context), o_proj and the residual.
+// Torch-free: the estimator composes it (lib/estimate), and it sits beside the code it replays so
+// that a change to one is made to both. Each forward function returns what its backward needs
+// (what autograd saved); backward functions consume the incoming gradient and return the outgoing
+// one. Checked against the byte-counting CPU allocator (test/e2e/test_estimate.cpp).
+#include <cstdint>
+
+#include "counting/replay.h"
+#include "model/parallel_linear_replay.h"
+#include "model/rms_norm_replay.h"
+#include "model/rotary_replay.h"
+
+namespace trainer::model::replays {
+
+using namespace trainer::counting;  // Replay, Id, Timeline, CommKind, ...
+
+struct AttentionSaved {
+  Id q = Timeline::kNone, k = Timeline::kNone, v = Timeline::kNone, out = Timeline::kNone, lse = Timeline::kNone;
+};
+
+// --- attention block (attention.cpp) ------------------------------------------------------
+struct AttentionBlock {
+  NormSaved norm;
+  Id norm_out = Timeline::kNone;  // saved by q, k, v projections
+  Id o_in = Timeline::kNone;      // o_proj's input: a [s, b, h] view of the attention output
+  AttentionSaved core;
+  Id h = Timeline::kNone;         // x + attention: the residual stream
+};
+
+// x: the layer input [Tn, H]. Returns h = x + o_proj(attention(norm(x))).
+Id attention_forward(Replay& r, Id x, AttentionBlock& a);
+
+// g: gradient of h (the residual gradient, accumulated in place). Returns the gradient of the
+// layer input (the same buffer after accumulation) and releases the block's saved tensors.
+Id attention_backward(Replay& r, Id g, AttentionBlock& a);
+
+// Without autograd (the forward of recompute(full)): nothing saved, every tensor freed once its
+// consumer has run.
+Id attention_nograd(Replay& r, Id x);
+
+}  // namespace trainer::model::replays

@@ -1,0 +1,93 @@
+#include "model/parallel_linear_replay.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace trainer::model::replays {
+
+Id linear_backward(Replay& r, Id g, int64_t m, int64_t n, int64_t k, Id saved, bool drop_grad) {
+  const Id gx = r.gemm(m, k, n);  // dx = g W
+  weight_grad(r, n, k, m);         // dW = g^T x
+  if (drop_grad) r.drop(g);
+  r.drop(saved);
+  return gx;
+}
+
+void weight_grad(Replay& r, int64_t n, int64_t k, int64_t m) {
+  if (r.s.fused.grad_accumulation && r.e != kF32) return r.gemm_into_f32(n, k, m);
+  const Id gw = r.gemm(n, k, m);
+  r.t.costs().memory_bytes += 3.0 * double(n * k * r.e);  // .grad += dW
+  r.drop(gw);
+}
+
+Id column_backward(Replay& r, const std::vector<Id>& gs, const std::vector<int64_t>& widths, Id saved, int64_t rows,
+                   bool regather, bool reduce) {
+  const int64_t k = r.H();
+  Id regathered = Timeline::kNone;
+  size_t gather = 0;
+  if (regather) {
+    gather = r.comm(CommKind::AllGather, CommGroup::Tp, rows * k * r.e);
+    regathered = r.alloc(rows * k * r.e);
+  }
+  const size_t dx_mark = r.gemm_mark();
+  Id sum = Timeline::kNone;
+  for (const int64_t n : widths) {
+    const Id gx = r.gemm(rows, k, n);  // dx_i = g_i W_i, summed in place
+    if (sum == Timeline::kNone)
+      sum = gx;
+    else
+      r.accumulate(sum, gx);
+  }
+  if (regather) r.behind(gather, dx_mark);
+  reduce = reduce && r.s.tp > 1;
+  const size_t reduction =
+      reduce ? r.comm(r.sp() ? CommKind::ReduceScatter : CommKind::AllReduce, CommGroup::Tp, rows * k * r.e) : 0;
+  const size_t dw_mark = r.gemm_mark();
+  for (const int64_t n : widths) weight_grad(r, n, k, rows);  // dW_i = g_i^T x
+  if (reduce) r.behind(reduction, dw_mark);
+  for (const Id g : gs) r.drop(g);
+  r.drop(saved);
+  r.drop(regathered);
+  if (!reduce || !r.sp()) return sum;
+  const Id res = r.alloc(r.Tn() * k * r.e);
+  r.drop(sum);
+  return res;
+}
+
+Id gather_input(Replay& r, Id x) {
+  if (!r.sp()) return x;
+  r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
+  return r.alloc(r.T() * r.H() * r.e);
+}
+
+Id reduce_output(Replay& r, Id y) {
+  if (r.s.tp <= 1) return y;
+  if (!r.sp()) {
+    r.comm(CommKind::AllReduce, CommGroup::Tp, r.T() * r.H() * r.e);
+    return y;
+  }
+  r.comm(CommKind::ReduceScatter, CommGroup::Tp, r.T() * r.H() * r.e);
+  const Id res = r.alloc(r.Tn() * r.H() * r.e);
+  r.drop(y);
+  return res;
+}
+
+Id reduce_grad(Replay& r, Id g) {
+  if (r.s.tp <= 1) return g;
+  if (!r.sp()) {
+    r.comm(CommKind::AllReduce, CommGroup::Tp, r.T() * r.H() * r.e);
+    return g;
+  }
+  r.comm(CommKind::ReduceScatter, CommGroup::Tp, r.T() * r.H() * r.e);
+  const Id res = r.alloc(r.Tn() * r.H() * r.e);
+  r.drop(g);
+  return res;
+}
+
+Id gather_grad_copy(Replay& r, Id g) {
+  if (!r.sp()) return g;
+  r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
+  return r.alloc(r.T() * r.H() * r.e);
+}
+
+}  // namespace trainer::model::replays

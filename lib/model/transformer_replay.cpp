@@ -1,0 +1,276 @@
+#include "model/transformer_replay.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/attention_replay.h"
+#include "model/layers_replay.h"
+#include "model/linear_cross_entropy_replay.h"
+#include "model/moe_replay.h"
+#include "model/parallel_linear_replay.h"
+#include "model/rms_norm_replay.h"
+#include "model/rotary_replay.h"
+
+namespace trainer::model::replays {
+
+namespace {
+
+// --- dense decoder layer (transformer.cpp DecoderLayer) -----------------------------------
+struct DenseLayer {
+  AttentionBlock attn;
+  NormSaved norm2;
+  Id norm2_out = Timeline::kNone;
+  MlpSaved mlp;
+  Id input = Timeline::kNone;  // saved by recompute(full)
+  Id output = Timeline::kNone;
+};
+
+struct MoeLayer {
+  AttentionBlock attn;
+  NormSaved norm2;
+  MoeSaved moe;
+  Id norm2_out = Timeline::kNone;
+};
+
+// --- first stage: batch, rotary tables, embedding ----------------------------------------------
+struct Pre {
+  Id inputs = Timeline::kNone, targets = Timeline::kNone, cos = Timeline::kNone, sin = Timeline::kNone;
+  Id aux = Timeline::kNone;
+};
+
+Id dense_forward_inner(Replay& r, Id x, DenseLayer& l) {
+  const Id h = attention_forward(r, x, l.attn);
+  const Id n2 = norm_forward(r, h, r.Tn(), l.norm2);
+  l.norm2_out = n2;
+  const Id in = gather_input(r, n2);
+  const Id down = reduce_output(r, mlp_forward(r, in, n2, r.T(), r.s.ffn, l.mlp, r.lean()));
+  if (in != n2) r.drop(in);
+  r.drop(n2);  // the local reference; gate and up keep theirs
+  if (r.norm_recompute()) {  // ... unless they compute it again in backward
+    r.drop(l.mlp.in);
+    l.mlp.in = Timeline::kNone;
+  }
+  const Id out = r.ew(r.Tn() * r.H() * r.e, 2);  // h + mlp
+  r.drop(down);
+  r.drop(h);  // DecoderLayer::forward's local h (in fp32 still saved by the norm)
+  return out;
+}
+
+Id dense_backward_inner(Replay& r, Id g, DenseLayer& l) {
+  // The residual passes g on unchanged; the MLP branch's input gradient comes back through norm2.
+  const Id gm = gather_grad_copy(r, g);
+  if (r.norm_recompute()) l.mlp.in = norm_nograd(r, Timeline::kNone, r.Tn());  // the norm's output again
+  const Id gn = mlp_backward(r, gm, l.mlp, /*reduce=*/true);
+  if (gm != g) r.drop(gm);
+  norm_backward(r, gn, l.norm2, g);
+  return attention_backward(r, g, l.attn);
+}
+
+Id dense_nograd(Replay& r, Id x) {
+  const Id h = attention_nograd(r, x);
+  const Id n2 = norm_nograd(r, h, r.Tn());
+  const Id in = gather_input(r, n2);
+  const Id down = mlp_nograd(r, in, r.T(), r.s.ffn);
+  if (in != n2) r.drop(in);
+  r.drop(n2);
+  const Id y = reduce_output(r, down);
+  const Id out = r.ew(r.Tn() * r.H() * r.e, 2);
+  r.drop(y);
+  r.drop(h);
+  return out;
+}
+
+Id moe_forward_inner(Replay& r, Id x, MoeLayer& l) {
+  const Id h = attention_forward(r, x, l.attn);
+  const Id n2 = norm_forward(r, h, r.Tn(), l.norm2);
+  l.norm2_out = n2;
+  const Id y = moe_block_forward(r, n2, l.moe);
+  r.drop(n2);  // the local reference (the router keeps the tokens)
+  const Id out = r.ew(r.Tn() * r.H() * r.e, 2);
+  r.drop(y);
+  r.drop(h);
+  return out;
+}
+
+Id moe_backward_inner(Replay& r, Id g, MoeLayer& l) {
+  const Id gn = moe_block_backward(r, g, l.moe);
+  norm_backward(r, gn, l.norm2, g);
+  return attention_backward(r, g, l.attn);
+}
+
+Id moe_nograd(Replay& r, Id x) {
+  const Id h = attention_nograd(r, x);
+  const Id n2 = norm_nograd(r, h, r.Tn());
+  const Id tokens = n2;
+  const Id combined = moe_block_nograd(r, tokens);
+  r.drop(n2);
+  const Id out = r.ew(r.Tn() * r.H() * r.e, 2);
+  r.drop(combined);
+  r.drop(h);
+  return out;
+}
+
+// --- a layer under the recompute policy ---------------------------------------------------
+template <typename Layer>
+LayerSegments layer(Replay& r, Id (*fwd)(Replay&, Id, Layer&), Id (*bwd)(Replay&, Id, Layer&), Id (*nograd)(Replay&, Id)) {
+  const Id x = r.alloc(r.Tn() * r.H() * r.e);  // the layer input, from the previous segment
+  LayerSegments seg;
+  if (r.s.recompute == Recompute::Full) {
+    // recompute(layer, {x}) (recompute.cpp): x saved, the layer runs without autograd, only
+    // its output stays. In backward the layer runs again with autograd, then its backward.
+    r.t.begin();
+    r.hold(x);
+    const Id out = nograd(r, x);
+    r.drop(x);
+    seg.forward = r.t.end();
+    const Id g = r.alloc(r.Tn() * r.H() * r.e);
+    r.t.begin();
+    Layer l;
+    const Id out2 = fwd(r, x, l);  // the recomputed output lives until backward returns
+    const Id gin = bwd(r, g, l);
+    r.drop(out2);
+    r.drop(x);  // the saved input
+    seg.backward = r.t.end();
+    (void)out;
+    (void)gin;
+    return seg;
+  }
+  r.t.begin();
+  Layer l;
+  const Id out = fwd(r, x, l);
+  r.drop(x);  // the caller's variable moves on to the output
+  seg.forward = r.t.end();
+  (void)out;
+  const Id g = r.alloc(r.Tn() * r.H() * r.e);
+  r.t.begin();
+  const Id gin = bwd(r, g, l);
+  (void)gin;
+  seg.backward = r.t.end();
+  return seg;
+}
+
+LayerSegments pre(Replay& r, bool first_stage, bool last_stage) {
+  LayerSegments seg;
+  Pre p;
+  r.t.begin();
+  const int64_t bs = r.s.micro_batch * r.s.seq;
+  if (first_stage || last_stage) {
+    // make_micro_batch: [b, s+1] int64, then contiguous inputs and targets.
+    const Id all = r.alloc(r.s.micro_batch * (r.s.seq + 1) * kI64);
+    p.inputs = r.alloc(bs * kI64);
+    p.targets = r.alloc(bs * kI64);
+    r.drop(all);
+  }
+  const RotaryTables tables = rotary_tables(r);
+  p.cos = tables.cos;
+  p.sin = tables.sin;
+  if (first_stage) {
+    // Vocabulary-parallel embedding: each tp rank looks up its rows, then a sum (sp: a
+    // reduce-scatter) across tp.
+    Id x = r.ew(bs * r.H() * r.e);
+    if (r.s.tp > 1) {
+      if (r.sp()) {
+        r.comm(CommKind::ReduceScatter, CommGroup::Tp, bs * r.H() * r.e);
+        const Id res = r.alloc(r.Tn() * r.H() * r.e);
+        r.drop(x);
+        x = res;
+      } else {
+        r.comm(CommKind::AllReduce, CommGroup::Tp, bs * r.H() * r.e);
+      }
+    }
+    (void)x;  // the first layer's input
+    p.aux = r.alloc(kF32);
+  } else {
+    r.alloc(r.Tn() * r.H() * r.e);  // the activation received from the previous stage
+    r.comm(CommKind::SendRecv, CommGroup::Pp, r.Tn() * r.H() * r.e);
+  }
+  seg.forward = r.t.end();
+  const Id g = r.alloc(r.Tn() * r.H() * r.e);  // gradient of the first layer's input
+  if (!first_stage) r.t.begin();
+  if (first_stage) {
+    // embedding_dense_backward: a [V, H] gradient added into the parameter's gradient (a tied
+    // head's gradient went there already: parallel_linear.cpp accumulates directly). The tp
+    // sum's backward is the identity; sequence parallelism's reduce-scatter gathers back.
+    r.t.begin();
+    Id gathered = Timeline::kNone;
+    if (r.sp()) {
+      r.comm(CommKind::AllGather, CommGroup::Tp, bs * r.H() * r.e);
+      gathered = r.alloc(bs * r.H() * r.e);
+    }
+    const Id gw = r.ew(r.s.vocab * r.H() * r.e, 1);
+    // bf16 into the fp32 main_grad: on the CPU the add casts it to an fp32 temporary first.
+    if (r.e != kF32 && r.s.device == Device::Cpu) r.drop(r.ew(r.s.vocab * r.H() * kF32));
+    r.drop(g);
+    r.drop(gathered);
+    r.drop(gw);
+    r.drop(p.aux);
+  } else {
+    r.comm(CommKind::SendRecv, CommGroup::Pp, r.Tn() * r.H() * r.e);
+    r.drop(g);
+  }
+  r.drop(p.cos);
+  r.drop(p.sin);
+  r.drop(p.inputs);
+  r.drop(p.targets);
+  seg.backward = r.t.end();
+  return seg;
+}
+
+// --- last stage: final norm, LM head, cross-entropy (Transformer::forward) ------------------
+LayerSegments head(Replay& r, bool last_stage) {
+  LayerSegments seg;
+  const Id x = r.alloc(r.Tn() * r.H() * r.e);  // the last layer's output
+  if (!last_stage) {
+    r.t.begin();
+    r.comm(CommKind::SendRecv, CommGroup::Pp, r.Tn() * r.H() * r.e);
+    r.drop(x);  // sent to the next stage; nothing here saved it
+    seg.forward = r.t.end();
+    r.t.begin();
+    r.alloc(r.Tn() * r.H() * r.e);  // the gradient received from the next stage
+    r.comm(CommKind::SendRecv, CommGroup::Pp, r.Tn() * r.H() * r.e);
+    seg.backward = r.t.end();
+    return seg;
+  }
+  r.t.begin();
+  NormSaved norm;
+  const Id hn = norm_forward(r, x, r.Tn(), norm);
+  r.drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
+  const Id in = gather_input(r, hn);  // saved whole by the loss function (sp: the gathered rows)
+  const Id lse = loss_forward(r);
+  if (in != hn) r.drop(hn);  // only the gathered rows are saved
+  const Id loss = r.alloc(2 * kF32);  // loss_sum and the normalised loss
+  seg.forward = r.t.end();
+  r.t.begin();
+  const Id gh = loss_backward(r);
+  r.drop(lse);
+  r.drop(in);
+  const Id gx = norm_backward(r, reduce_grad(r, gh), norm, Timeline::kNone);
+  r.drop(loss);
+  (void)gx;
+  seg.backward = r.t.end();
+  return seg;
+}
+
+}  // namespace
+
+MicroBatchModel model_micro_batch(const RankShape& shape) {
+  if (shape.micro_batch < 1 || shape.seq < 1 || shape.hidden < 1 || shape.q_heads < 1 || shape.kv_heads < 1 ||
+      shape.head_dim < 1 || shape.vocab < 1 || (shape.dtype_bytes != 2 && shape.dtype_bytes != 4))
+    throw std::invalid_argument("model_micro_batch: invalid shape");
+  MicroBatchModel m;
+  auto run = [&](auto&& f) {
+    Timeline t(shape.device == Device::Gpu ? 512 : 1);
+    Replay r(t, shape);
+    return f(r);
+  };
+  m.pre_first = run([](Replay& r) { return pre(r, true, true); });
+  m.pre_other = run([](Replay& r) { return pre(r, false, false); });
+  m.dense = run([](Replay& r) { return layer<DenseLayer>(r, &dense_forward_inner, &dense_backward_inner, &dense_nograd); });
+  if (shape.experts > 0)
+    m.moe = run([](Replay& r) { return layer<MoeLayer>(r, &moe_forward_inner, &moe_backward_inner, &moe_nograd); });
+  m.head_last = run([](Replay& r) { return head(r, true); });
+  m.head_other = run([](Replay& r) { return head(r, false); });
+  return m;
+}
+
+}  // namespace trainer::model::replays
