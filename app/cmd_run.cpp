@@ -18,8 +18,6 @@
 #include "estimate/estimate_command.h"
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
-#include "recipe/runtime_support.h"
-#include "parallel/gpu_support.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/device_assignment.h"
 #include "runtime/launch_env.h"
@@ -27,6 +25,7 @@
 #include "runtime/local_launcher.h"
 #include "runtime/rendezvous.h"
 #include "runtime/stop_signal.h"
+#include "train/run_plan.h"
 #include "train/trainer.h"
 
 namespace trainer::app {
@@ -45,13 +44,13 @@ struct RunOptions {
   std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
 
-// Parallel features whose runtime has not landed yet (on any device, or on the GPUs this worker
-// will use) are refused before anything starts.
-void check_supported(const recipe::LoadedRecipe& loaded, bool on_gpu) {
-  std::vector<std::string> problems = recipe::runtime_support_problems(loaded.recipe);
-  if (on_gpu && loaded.mesh)
-    for (auto& p : parallel::gpu_support_problems(loaded.recipe, *loaded.mesh)) problems.push_back(std::move(p));
-  if (!problems.empty()) throw RecipeError(loaded.source, problems);
+// The run's plan on this worker's device (train/run_plan.h). Parallel features whose runtime has
+// not landed yet (on any device, or on the GPUs this worker will use) are refused before anything
+// starts.
+train::RunPlan plan_supported_run(const recipe::LoadedRecipe& loaded, const runtime::DeviceAssignment& device) {
+  train::RunPlan plan = train::plan_run(loaded, device);
+  if (!plan.support_problems.empty()) throw RecipeError(loaded.source, plan.support_problems);
+  return plan;
 }
 
 // This worker's device and backend (parallel.backend, --cpu, the node's GPUs); a layout that cannot
@@ -87,8 +86,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
   load.world_size = env.world_size;
   const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
   const runtime::DeviceAssignment device = assign_device(loaded, options, env.local_rank, env.local_world_size);
-  const bool on_gpu = device.on_gpu;
-  check_supported(loaded, on_gpu);
+  const train::RunPlan plan = plan_supported_run(loaded, device);
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
   const runtime::CpuThreads threads = runtime::choose_cpu_threads(env.local_world_size);
   at::set_num_threads(threads.threads);
@@ -131,7 +129,7 @@ int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env)
     groups = std::make_unique<mesh::ProcessGroups>(mesh::RankLayout(*loaded.mesh), env.rank, store, context, backend);
   }
   train::TrainOptions train_options;
-  train_options.gpu = device.device_index;
+  train_options.plan = &plan;
   train_options.claim = claim.get();
   train::TrainSummary summary;
   try {
@@ -169,7 +167,7 @@ int run_training(const RunOptions& options) {
     load.world_size = int64_t(options.nproc_per_node) * options.nnodes;  // no int overflow
     const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
     const runtime::DeviceAssignment device = assign_device(loaded, options, 0, options.nproc_per_node);
-    check_supported(loaded, device.on_gpu);
+    plan_supported_run(loaded, device);
     // On the CPU the workers share this host's memory: refuse before starting any. (GPUs are checked
     // by each worker, on its own device.)
     if (!device.on_gpu && !options.no_memory_check)

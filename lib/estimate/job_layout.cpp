@@ -1,6 +1,6 @@
 #include "estimate/job_layout.h"
 
-#include "parallel/pipeline/layer_split.h"
+#include "parallel/pipeline/pipeline_layout.h"
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
@@ -51,14 +51,9 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   job.counts = counts ? *counts : count_model(m, t.seq_len);
   job.microbatches = mesh.grad_accum_steps;
 
-  const int64_t chunks = mesh.pp * mesh.vpp;
-  // The runtime's split and chunk placement (lib/parallel/pipeline): one source of truth.
-  const parallel::ScheduleKind kind = p.pipeline_schedule;
-  const std::vector<int64_t> split = parallel::layer_split(r, chunks);
-  std::vector<int64_t> first_layer(size_t(chunks) + 1, 0);
-  for (int64_t c = 0; c < chunks; ++c) first_layer[size_t(c + 1)] = first_layer[size_t(c)] + split[size_t(c)];
-  const int64_t embedding_stage = parallel::place_chunk(kind, mesh.pp, mesh.vpp, 0).stage;
-  const int64_t head_stage = parallel::place_chunk(kind, mesh.pp, mesh.vpp, chunks - 1).stage;
+  // The runtime's split and chunk placement: one source of truth.
+  const parallel::PipelineLayout pipeline = parallel::layout_pipeline(r, mesh);
+  const int64_t embedding_stage = pipeline.embedding_stage, head_stage = pipeline.head_stage;
   // Embedding and LM head rows per rank: the vocabulary padded to a multiple of the divisor x tp.
   const int64_t H = m.hidden_size, V_rank = m.padded_vocab_size(p.tp) / p.tp;
   for (int64_t stage = 0; stage < mesh.pp; ++stage) {
@@ -66,9 +61,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
     s.stage = stage;
     s.first = stage == embedding_stage;
     s.last = stage == head_stage;
-    for (int64_t c = 0; c < chunks; ++c)
-      if (parallel::place_chunk(kind, mesh.pp, mesh.vpp, c).stage == stage)
-        for (int64_t l = first_layer[size_t(c)]; l < first_layer[size_t(c + 1)]; ++l) s.layers.push_back(l);
+    for (const parallel::ChunkLayers& c : pipeline.stages[size_t(stage)])
+      for (int64_t l = c.first_layer; l < c.end_layer; ++l) s.layers.push_back(l);
     const bool tied_here = m.tie_word_embeddings && embedding_stage == head_stage;
     // ZeRO-3 gathers what is sharded over more than one rank (the others' buckets stay whole).
     const bool dense_gathered = mesh.shard_dp() * mesh.cp > 1, experts_gathered = mesh.edp > 1;

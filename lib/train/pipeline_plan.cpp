@@ -1,7 +1,5 @@
 #include "train/pipeline_plan.h"
 
-#include "parallel/pipeline/layer_split.h"
-
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -14,21 +12,15 @@ int64_t PipelinePlan::local_chunk(int64_t chunk) const {
   throw std::logic_error(fmt::format("model chunk {} is not on pipeline stage {}", chunk, stage));
 }
 
-PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage) {
+PipelinePlan plan_pipeline(const parallel::PipelineLayout& layout, int64_t stage) {
   PipelinePlan plan;
   plan.stage = stage;
-  plan.spec.kind = r.parallel.pipeline_schedule;
-  plan.spec.pp = mesh.pp;
-  plan.spec.vpp = mesh.vpp;
-  plan.spec.micro_batches = mesh.grad_accum_steps;
+  plan.spec = layout.spec;
   parallel::check_spec(plan.spec);
   const int64_t chunks = plan.model_chunks();
-  const std::vector<int64_t> split = parallel::layer_split(r, chunks);
-  // Model order on this stage: every layout places a stage's chunks in increasing model order.
-  for (int64_t c = 0, first = 0; c < chunks; first += split[size_t(c)], ++c) {
-    if (parallel::place_chunk(plan.spec.kind, mesh.pp, mesh.vpp, c).stage != stage) continue;
-    plan.model_chunk.push_back(c);
-    plan.chunks.push_back(model::ChunkLayout{first, first + split[size_t(c)], c == 0, c == chunks - 1});
+  for (const parallel::ChunkLayers& c : layout.stages.at(size_t(stage))) {
+    plan.model_chunk.push_back(c.chunk);
+    plan.chunks.push_back(model::ChunkLayout{c.first_layer, c.end_layer, c.chunk == 0, c.chunk == chunks - 1});
   }
   return plan;
 }

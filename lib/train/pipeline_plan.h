@@ -8,6 +8,7 @@
 #include "model/transformer.h"
 #include "mesh/process_groups.h"
 #include "engine/executor.h"
+#include "parallel/pipeline/pipeline_layout.h"
 #include "parallel/pipeline/schedule.h"
 #include "recipe/mesh_shape.h"
 #include "recipe/recipe.h"
@@ -25,9 +26,9 @@ struct PipelinePlan {
   int64_t local_chunk(int64_t chunk) const;
 };
 
-// Layers split over pp * vpp chunks by parallel::layer_split (the recipe's pipeline_layout or the
-// balanced split); the schedule runs the step's micro-batches.
-PipelinePlan plan_pipeline(const recipe::Recipe& r, const recipe::MeshShape& mesh, int64_t stage);
+// This stage's part of the run's pipeline layout (train/run_plan.h). Throws std::invalid_argument
+// when the schedule cannot run that many micro-batches (parallel::check_spec).
+PipelinePlan plan_pipeline(const parallel::PipelineLayout& layout, int64_t stage);
 
 // The executor's links to the neighbouring stages for `spec` (none with one stage): [s, b, h]
 // activations in the model dtype, the sequence shard of this tp rank under sequence parallelism.

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "checkpoint/dir_check.h"
@@ -14,7 +15,6 @@
 #include "metrics/cpu_memory.h"
 #include "model/transformer.h"
 #include "optim/lr_schedule.h"
-#include "parallel/gpu_support.h"
 #include "runtime/stop_signal.h"
 #include "train/checkpointing.h"
 #include "train/divergence_check.h"
@@ -34,13 +34,13 @@ namespace trainer::train {
 
 namespace {
 
-c10::Device training_device(const TrainOptions& options) {
-  if (options.gpu < 0) {
+c10::Device training_device(const runtime::DeviceAssignment& assigned) {
+  if (!assigned.on_gpu) {
     metrics::CpuMemoryTracker::install();
     return c10::Device(c10::DeviceType::CPU);
   }
-  c10::cuda::set_device(c10::DeviceIndex(options.gpu));
-  return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(options.gpu));
+  c10::cuda::set_device(c10::DeviceIndex(assigned.device_index));
+  return c10::Device(c10::DeviceType::CUDA, c10::DeviceIndex(assigned.device_index));
 }
 
 model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshShape& mesh, c10::Device device,
@@ -151,15 +151,16 @@ bool run_steps(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, 
 TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, const TrainOptions& options) {
   const recipe::Recipe& r = loaded.recipe;
   const recipe::MeshShape& mesh = loaded.mesh.value();
-  const c10::Device device = training_device(options);
+  std::optional<RunPlan> cpu_plan;
+  const RunPlan& plan = options.plan ? *options.plan : cpu_plan.emplace(plan_run(loaded, runtime::DeviceAssignment{}));
+  const c10::Device device = training_device(plan.device);
   // Data first: bad files are user errors and must come before any heavy work.
   const std::unique_ptr<data::Dataset> dataset = data::open_dataset(r);
   const std::unique_ptr<data::Dataset> held_out = r.evaluation.interval > 0 ? data::open_evaluation_dataset(r) : nullptr;
 
-  const PipelinePlan pipeline = plan_pipeline(r, mesh, groups.coordinates().pp);
+  const PipelinePlan pipeline = plan_pipeline(plan.pipeline, groups.coordinates().pp);
   // `run` refused these before starting (app/cmd_run.cpp); a caller that did not ask gets the same.
-  if (device.is_cuda())
-    if (const auto problems = parallel::gpu_support_problems(r, mesh); !problems.empty()) throw UserError(problems.front());
+  if (!plan.support_problems.empty()) throw UserError(plan.support_problems.front());
   model::Transformer model(model_options(r, mesh, device, groups, pipeline));
   OptimizerDriver optimizer(model, r, groups);
   check_checkpoint_room(r, model, groups);

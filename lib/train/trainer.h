@@ -12,6 +12,7 @@
 
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
+#include "train/run_plan.h"
 
 namespace trainer::checkpoint {
 class DirClaim;
@@ -30,7 +31,9 @@ struct TrainSummary {
 
 struct TrainOptions {
   FILE* log = stdout;   // where rank 0's lines go
-  int gpu = -1;  // the CUDA device to train on (runtime::assign_device); -1: the CPU
+  // The run's plan (train/run_plan.h: device, pipeline layout, what cannot run); none: the CPU's
+  // plan, made here.
+  const RunPlan* plan = nullptr;
   const checkpoint::DirClaim* claim = nullptr;  // rank 0's claim on checkpoint.dir: training stops if it is lost
 };
 

@@ -66,7 +66,7 @@ TEST_CASE("evaluation is the forward-only loss of the held-out samples", "[train
   const recipe::MeshShape mesh = recipe::mesh_shape(r, 1);
   REQUIRE(mesh.grad_accum_steps == 3);
   const auto groups = mesh::single_process_groups();
-  const train::PipelinePlan pipeline = train::plan_pipeline(r, mesh, 0);
+  const train::PipelinePlan pipeline = train::plan_pipeline(parallel::layout_pipeline(r, mesh), 0);
   for (const std::optional<int64_t> mask : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
     CAPTURE(mask.has_value());
     r.data.loss_mask_token = mask;
