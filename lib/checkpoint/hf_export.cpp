@@ -54,11 +54,23 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
     rope["rope_theta"] = m.rope_theta;
   }
   c["rope_parameters"] = rope;
+  if (m.attention_bias) {
+    // Qwen2: q, k and v with biases, o_proj without (Llama's attention_bias would add one there).
+    if (m.moe)
+      throw UserError("this MoE model has q/k/v biases (model.attention_bias), which transformers' Mixtral cannot "
+                      "express; export supports Llama-, Qwen2- and Mixtral-shaped models");
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["model_type"] = "qwen2";
+    c.erase("attention_bias");
+    c.erase("mlp_bias");
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+  }
   if (m.moe) {
     const auto& e = *m.moe;
     if (e.num_shared_experts > 0 || int64_t(e.layers.size()) != m.num_hidden_layers || e.capacity_factor)
       throw UserError("this MoE model has shared experts, dense layers or a capacity factor, which transformers' "
-                      "Mixtral cannot express; export supports Llama and Mixtral-shaped models");
+                      "Mixtral cannot express; export supports Llama-, Qwen2- and Mixtral-shaped models");
     c["architectures"] = {"MixtralForCausalLM"};
     c["model_type"] = "mixtral";
     c["intermediate_size"] = e.moe_intermediate_size;

@@ -22,6 +22,7 @@ LayerParams layer_params(const recipe::Recipe& r, const ModelCounts& c, bool moe
   l.norm = 2 * H;
   l.dense = c.attention_params_per_layer / p.tp + l.norm;
   l.tensors = 6;  // q, k, v, o, two norms
+  if (r.model.attention_bias) l.tensors += 3;  // q, k, v biases
   if (!moe) {
     l.dense += c.dense_mlp_params_per_layer / p.tp;
     l.tensors += 3;
@@ -110,6 +111,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.vocab = V_rank;
   sh.dtype_bytes = recipe::bytes_of(t.dtype);
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
+  sh.attention_bias = m.attention_bias;
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <tuple>
+#include <utility>
 
 #include "model/fused_kernels.h"
 #include "model/fused_ops.h"
@@ -26,6 +27,18 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
   k_proj_ = Linear(params, prefix + "k_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
   v_proj_ = Linear(params, prefix + "v_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
   o_proj_ = Linear(params, prefix + "o_proj.weight", config.num_attention_heads * d, h, LinearKind::Row, tp);
+  if (config.attention_bias) {
+    // Zeros at initialisation; no weight decay (as Megatron's and torchtitan's defaults for biases).
+    const std::pair<const char*, int64_t> biases[] = {{"q_proj.bias", config.num_attention_heads * d},
+                                                      {"k_proj.bias", config.num_key_value_heads * d},
+                                                      {"v_proj.bias", config.num_key_value_heads * d}};
+    for (const auto& [name, features] : biases) {
+      std::vector<ShardSpec> shards;
+      if (tp.size > 1) shards.push_back(ShardSpec::even(0, features, tp.rank, tp.size, mesh::GroupKind::Tp));
+      qkv_bias_.push_back(params.create(prefix + name, {features}, InitKind::Zeros, std::move(shards),
+                                        /*weight_decay=*/false).tensor);
+    }
+  }
 }
 
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
@@ -39,7 +52,8 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
                               bool recompute_core, const InputAgain& again) const {
   // One tp communication for the three column-parallel projections; with sequence parallelism x
   // is this rank's chunk of the sequence and the projections see the whole of it.
-  const auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_}, again);
+  auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_}, again);
+  for (size_t i = 0; i < qkv_bias_.size(); ++i) qkv[i] = qkv[i] + qkv_bias_[i];
   const int64_t t = qkv[0].size(0), b = qkv[0].size(1);
   // [s, b, heads, d]: rotary over the sequence (dimension 0), then [b, heads, s, d] views for SDPA.
   const at::Tensor q_heads = qkv[0].view({t, b, local_heads_, head_dim_});

@@ -1,7 +1,9 @@
 #include "model/attention_replay.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
+#include <utility>
 
 namespace trainer::model::replays {
 
@@ -113,6 +115,28 @@ void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id&
   r.drop(a.out);
 }
 
+
+// model.attention_bias: q, k and v each add their bias into a new tensor (the add saves nothing);
+// the projection's output is freed.
+void add_biases(Replay& r, std::initializer_list<std::pair<Id*, int64_t>> outputs) {
+  if (!r.s.attention_bias) return;
+  for (const auto& [id, width] : outputs) {
+    const Id biased = r.ew(r.T() * width * r.e);
+    r.drop(*id);
+    *id = biased;
+  }
+}
+
+// The biases' gradients: each a sum over the rows of its output's gradient, added into the
+// parameter's gradient.
+void bias_grads(Replay& r, std::initializer_list<int64_t> widths) {
+  if (!r.s.attention_bias) return;
+  for (const int64_t width : widths) {
+    r.drop(r.ew(width * r.e, double(r.T())));
+    r.t.costs().memory_bytes += 3.0 * double(width * r.e);  // .grad += db
+  }
+}
+
 }  // namespace
 
 Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
@@ -120,12 +144,13 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
   a.norm_out = n1;
   const Id in = gather_input(r, n1);
   const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
-  const Id q = r.gemm(r.T(), qd, r.H());
-  const Id k = r.gemm(r.T(), kvd, r.H());
-  const Id v = r.gemm(r.T(), kvd, r.H());
+  Id q = r.gemm(r.T(), qd, r.H());
+  Id k = r.gemm(r.T(), kvd, r.H());
+  Id v = r.gemm(r.T(), kvd, r.H());
   // column_parallel_linear saves the (sharded) input once for q, k and v: the local reference
   // (none when it computes the norm's output again in backward).
   if (in != n1) r.drop(in);
+  add_biases(r, {{&q, qd}, {&k, kvd}, {&v, kvd}});
   if (r.norm_recompute()) {
     r.drop(n1);
     a.norm_out = Timeline::kNone;
@@ -173,6 +198,7 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
   const Id gk = rope_backward(r, dk, kv_bytes(r));
   const Id gq = rope_backward(r, dq, q_bytes(r));
   if (r.norm_recompute()) a.norm_out = norm_nograd(r, Timeline::kNone, r.Tn());  // the norm's output again
+  bias_grads(r, {qd, kvd, kvd});
   const Id gn = column_backward(r, {gq, gk, dv}, {qd, kvd, kvd}, a.norm_out, r.T(), r.sp(), /*reduce=*/true);
   return norm_backward(r, gn, a.norm, g);
 }
@@ -181,10 +207,11 @@ Id attention_nograd(Replay& r, Id x) {
   const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
   const Id n1 = norm_nograd(r, x, r.Tn());
   const Id in = gather_input(r, n1);
-  const Id q = r.gemm(r.T(), qd, r.H());
-  const Id k = r.gemm(r.T(), kvd, r.H());
-  const Id v = r.gemm(r.T(), kvd, r.H());
+  Id q = r.gemm(r.T(), qd, r.H());
+  Id k = r.gemm(r.T(), kvd, r.H());
+  Id v = r.gemm(r.T(), kvd, r.H());
   if (in != n1) r.drop(in);
+  add_biases(r, {{&q, qd}, {&k, kvd}, {&v, kvd}});
   r.drop(n1);
   const Id qr = rope_forward(r, q, q_bytes(r));
   const Id kr = rope_forward(r, k, kv_bytes(r));

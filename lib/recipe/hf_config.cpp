@@ -29,7 +29,8 @@ const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "r
 const std::set<std::string> kReadKeys = {"model_type", "rope_theta", "rope_scaling", "rope_parameters",
                                          "partial_rotary_factor", "original_max_position_embeddings",
                                          "hidden_act", "attention_bias", "mlp_bias", "sliding_window",
-                                         "use_sliding_window", "attention_dropout", "router_jitter_noise"};
+                                         "use_sliding_window", "max_window_layers", "layer_types",
+                                         "attention_dropout", "router_jitter_noise"};
 
 // Keys of llama/mistral/mixtral configs that cannot change what is trained: token ids, storage
 // dtype, generation and output switches, bookkeeping. pretraining_tp only split the matmuls of
@@ -122,16 +123,29 @@ void read_rope(const json& hf, json& model, const Problem& problem) {
 }
 
 // Features that change the arithmetic and that trainer does not implement.
-void check_unsupported(const json& hf, const Problem& problem) {
+void check_unsupported(const json& hf, const std::string& model_type, const Problem& problem) {
   if (hf.contains("hidden_act") && hf["hidden_act"] != "silu")
     problem(fmt::format("hidden_act {} is not supported; expected \"silu\" (SwiGLU)", describe_json(hf["hidden_act"])));
+  // Llama's attention_bias puts a bias on o_proj too; Qwen2 has q, k and v biases without the key.
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (hf.contains(bias) && hf[bias] == true) problem(fmt::format("{} true is not supported; expected false", bias));
-  if (hf.contains("sliding_window") && !hf["sliding_window"].is_null())
+  // Qwen2 keeps sliding_window (and max_window_layers) in its config while use_sliding_window is
+  // false; transformers then attends to the whole causal context.
+  const bool window_off = model_type == "qwen2" && hf.value("use_sliding_window", false) == false;
+  if (!window_off && hf.contains("sliding_window") && !hf["sliding_window"].is_null())
     problem(fmt::format("sliding_window {} is not supported; expected null (full causal attention)",
                         describe_json(hf["sliding_window"])));
   if (hf.contains("use_sliding_window") && hf["use_sliding_window"] == true)
     problem("use_sliding_window true is not supported; expected false (full causal attention)");
+  if (hf.contains("layer_types")) {
+    const json& types = hf["layer_types"];
+    const bool all_full = types.is_array() && std::all_of(types.begin(), types.end(), [](const json& t) {
+      return t == "full_attention";
+    });
+    if (!all_full)
+      problem(fmt::format("layer_types {} is not supported; expected \"full_attention\" for every layer",
+                          describe_json(types)));
+  }
   for (const char* rate : {"attention_dropout", "router_jitter_noise"}) {
     if (!hf.contains(rate) || hf[rate].is_null()) continue;
     if (!hf[rate].is_number() || hf[rate].get<double>() != 0.0)
@@ -159,17 +173,18 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   const json& type_json = hf.contains("model_type") ? hf["model_type"] : json("llama");
   const std::string model_type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
   if (!type_json.is_string())
-    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral or mixtral", model_type,
+    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral or qwen2", model_type,
                         json_type_name(type_json)));
-  else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral")
-    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral or mixtral "
+  else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && model_type != "qwen2")
+    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral or qwen2 "
                         "(write the model section by hand for other architectures)", model_type));
-  check_unsupported(hf, problem);
+  check_unsupported(hf, model_type, problem);
 
   json model = json::object();
   for (const char* name : kModelFields)
     if (hf.contains(name) && !hf[name].is_null()) model[name] = hf[name];
   read_rope(hf, model, problem);
+  if (model_type == "qwen2") model["attention_bias"] = true;  // q, k and v: Qwen2Attention's bias=True
   const bool moe = model_type == "mixtral" || hf.contains("num_local_experts");
   if (moe) {
     json moe_section = json::object();

@@ -393,7 +393,9 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
       // Sequence parallelism: norms and residuals on 1/tp of the sequence each.
       {"tp4 sp tied", 4, " --set model.num_key_value_heads=4 --set model.tie_word_embeddings=true",
        " --set parallel.tp=4" + sp},
-      {"tp3 sp seq 63", 3, tp3, " --set parallel.tp=3" + sp, 1e-5, " --set training.seq_len=63"},
+      // With Qwen2's q, k and v biases, split with their heads.
+      {"tp3 sp seq 63 qkv bias", 3, tp3 + " --set model.attention_bias=true", " --set parallel.tp=3" + sp, 1e-5,
+       " --set training.seq_len=63"},
       {"tp2 sp bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2" + sp, 1e-3},
       // Selective recompute: o_proj (row-parallel, its gradient all-gathered under sp) over the
       // recomputed attention core.

@@ -5,6 +5,8 @@ usage: hf_make_model.py OUT_DIR VARIANT
           llama3:  Llama, rope_theta 500000 with llama3 scaling (factor 8, original context 32)
           mistral: Mistral, rope_theta 1e6, no sliding window
           mixtral: Mixtral, 4 experts, top-2
+          qwen2:   Qwen2, q/k/v biases (drawn at random: transformers initialises them to zero),
+                   rope_theta 1e6, tied embeddings, sliding window off
   Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12.
 Writes OUT_DIR/new (as transformers 5 saves it: rope_parameters) and OUT_DIR/old (the same weights,
 the config rewritten in transformers 4's layout: top-level rope_theta and rope_scaling)."""
@@ -29,11 +31,18 @@ elif variant == "llama3":
         "original_max_position_embeddings": 32})
 elif variant == "mistral":
     config = transformers.MistralConfig(**common, rope_theta=1e6, sliding_window=None)
+elif variant == "qwen2":
+    common["tie_word_embeddings"] = True
+    config = transformers.Qwen2Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
 elif variant == "mixtral":
     config = transformers.MixtralConfig(**common, rope_theta=20000.0, num_local_experts=4, num_experts_per_tok=2)
 else:
     sys.exit(f"unknown variant {variant}")
 model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+with torch.no_grad():
+    for name, parameter in model.named_parameters():
+        if name.endswith(".bias"):
+            parameter.normal_(0.0, 0.5)
 new_dir, old_dir = os.path.join(out_dir, "new"), os.path.join(out_dir, "old")
 model.save_pretrained(new_dir)
 

@@ -108,6 +108,9 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
        "training.global_batch_size=2"},
       {"model.vocab_size=8000", "model.tie_word_embeddings=true", "training.micro_batch_size=2",
        "training.global_batch_size=2"},
+      // Qwen2's q, k and v biases.
+      {"model.attention_bias=true"},
+      {"model.attention_bias=true", "training.dtype=bf16", "training.recompute=selective"},
   });
 }
 
@@ -229,6 +232,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (tensor and 
                      {"parallel.tp=2", "model.tie_word_embeddings=true", "training.recompute=selective"},
                      // Vocabulary 255 padded to 256 rows (128 x tp 2): the last row of rank 1 is padding.
                      {"parallel.tp=2", "model.vocab_size=255", "parallel.sequence_parallel=true"},
+                     {"parallel.tp=2", "parallel.sequence_parallel=true", "model.attention_bias=true"},
                  },
                  2);
 }

@@ -65,6 +65,31 @@ TEST_CASE("unsupported Hugging Face features are errors naming the file and fiel
   CHECK(any_contains(problems, "model.vocab_size: found \"x\" (a string)"));
 }
 
+TEST_CASE("a Qwen2 config gives q/k/v biases - its unused sliding window is accepted - a used one is refused", "[recipe]") {
+  TempDir dir;
+  const std::string qwen2 = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+    "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+    "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 32768,
+    "max_window_layers": 21, "attention_dropout": 0.0, "layer_types": [)";
+  dir.write("config.json", qwen2 + R"("full_attention", "full_attention"]})");
+  const auto r = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe;
+  CHECK(r.model.attention_bias);
+  CHECK(r.model.head_dim == 64);
+  CHECK(r.model.tie_word_embeddings);
+  CHECK(r.model.rope_theta == 1e6);
+  // The same file with the window in use, and a layer list asking for it.
+  dir.write("config.json", qwen2 + R"("full_attention", "sliding_attention"]})");
+  auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
+  CHECK(any_contains(problems, "layer_types [\"full_attention\",\"sliding_attention\"] is not supported"));
+  std::string used = qwen2 + R"("full_attention"]})";
+  used.replace(used.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
+  dir.write("config.json", used);
+  problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
+  CHECK(any_contains(problems, "sliding_window 32768 is not supported"));
+  CHECK(any_contains(problems, "use_sliding_window true is not supported"));
+}
+
 TEST_CASE("a missing or malformed hf_config file is a user error naming it", "[recipe]") {
   TempDir dir;
   CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": "/nonexistent/c.json"}})"),
