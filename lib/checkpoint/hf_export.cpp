@@ -54,6 +54,18 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
     rope["rope_theta"] = m.rope_theta;
   }
   c["rope_parameters"] = rope;
+  if (m.qk_norm) {
+    // Qwen3: per-head q/k norms; its attention_bias would put a bias on o_proj too.
+    if (m.moe || m.attention_bias)
+      throw UserError("this model has q/k norms (model.qk_norm) together with experts or q/k/v biases, which no "
+                      "transformers architecture trainer exports expresses; export supports Llama-, Qwen2-, Qwen3- "
+                      "and Mixtral-shaped models");
+    c["architectures"] = {"Qwen3ForCausalLM"};
+    c["model_type"] = "qwen3";
+    c.erase("mlp_bias");
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+  }
   if (m.attention_bias) {
     // Qwen2: q, k and v with biases, o_proj without (Llama's attention_bias would add one there).
     if (m.moe)

@@ -26,6 +26,7 @@ struct RankShape {
   int64_t dtype_bytes = 2;  // 2: bf16, 4: fp32
   bool tied_head = false;   // the LM head is the embedding weight, on this same rank
   bool attention_bias = false;  // q, k and v add a bias (model.attention_bias)
+  bool qk_norm = false;         // per-head norms of q and k before rotary (model.qk_norm)
   // none; core_attention: the attention core; selective: the attention core and the norms (the
   // linears after a norm compute its output again in backward); full: whole layers.
   Recompute recompute = Recompute::None;

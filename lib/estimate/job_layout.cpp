@@ -22,7 +22,16 @@ LayerParams layer_params(const recipe::Recipe& r, const ModelCounts& c, bool moe
   l.norm = 2 * H;
   l.dense = c.attention_params_per_layer / p.tp + l.norm;
   l.tensors = 6;  // q, k, v, o, two norms
-  if (r.model.attention_bias) l.tensors += 3;  // q, k, v biases
+  // No weight decay (optimizer groups) for the q, k, v biases and the q/k norms either.
+  if (r.model.attention_bias) {
+    l.tensors += 3;
+    l.norm += (r.model.num_attention_heads + 2 * r.model.num_key_value_heads) * r.model.head_dim / p.tp;
+  }
+  if (r.model.qk_norm) {  // replicated over tp
+    l.tensors += 2;
+    l.norm += 2 * r.model.head_dim;
+    l.dense += 2 * r.model.head_dim;
+  }
   if (!moe) {
     l.dense += c.dense_mlp_params_per_layer / p.tp;
     l.tensors += 3;
@@ -112,6 +121,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.dtype_bytes = recipe::bytes_of(t.dtype);
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.attention_bias = m.attention_bias;
+  sh.qk_norm = m.qk_norm;
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {

@@ -38,7 +38,7 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
                                  + 2 * H * kv * head_dim   // k_proj, v_proj
                                  + heads * head_dim * H;   // o_proj
   if (model.attention_bias) c.attention_params_per_layer += (heads + 2 * kv) * head_dim;  // q, k, v biases
-  c.norm_params_per_layer = 2 * H;
+  c.norm_params_per_layer = 2 * H + (model.qk_norm ? 2 * head_dim : 0);  // (and q_norm, k_norm)
   c.final_norm_params = H;
   c.dense_mlp_params_per_layer = model.intermediate_size > 0 ? swiglu_params(H, model.intermediate_size) : 0;
 

@@ -27,6 +27,15 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
   k_proj_ = Linear(params, prefix + "k_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
   v_proj_ = Linear(params, prefix + "v_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
   o_proj_ = Linear(params, prefix + "o_proj.weight", config.num_attention_heads * d, h, LinearKind::Row, tp);
+  if (config.qk_norm) {
+    // Replicated over tp, each rank normalising its own heads: the weights' gradients are partial
+    // sums over the heads, so they are summed over tp too (with or without sequence parallelism).
+    qk_norm_ = true;
+    q_norm_ = RmsNorm(params, prefix + "q_norm.weight", d, config.rms_norm_eps);
+    k_norm_ = RmsNorm(params, prefix + "k_norm.weight", d, config.rms_norm_eps);
+    if (tp.size > 1)
+      for (const char* name : {"q_norm.weight", "k_norm.weight"}) params.find(prefix + name)->grad_group = mesh::GroupKind::TpDpCp;
+  }
   if (config.attention_bias) {
     // Zeros at initialisation; no weight decay (as Megatron's and torchtitan's defaults for biases).
     const std::pair<const char*, int64_t> biases[] = {{"q_proj.bias", config.num_attention_heads * d},
@@ -56,8 +65,12 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   for (size_t i = 0; i < qkv_bias_.size(); ++i) qkv[i] = qkv[i] + qkv_bias_[i];
   const int64_t t = qkv[0].size(0), b = qkv[0].size(1);
   // [s, b, heads, d]: rotary over the sequence (dimension 0), then [b, heads, s, d] views for SDPA.
-  const at::Tensor q_heads = qkv[0].view({t, b, local_heads_, head_dim_});
-  const at::Tensor k_heads = qkv[1].view({t, b, local_kv_heads_, head_dim_});
+  at::Tensor q_heads = qkv[0].view({t, b, local_heads_, head_dim_});
+  at::Tensor k_heads = qkv[1].view({t, b, local_kv_heads_, head_dim_});
+  if (qk_norm_) {  // the norm function (saving the input and an rsqrt per row), as lean layers run it
+    q_heads = q_norm_.forward(q_heads, /*lean=*/true);
+    k_heads = k_norm_.forward(k_heads, /*lean=*/true);
+  }
   at::Tensor q, k;
   if (fused_rope_ && fusable(q_heads)) {
     std::tie(q, k) = fused::rope(q_heads, k_heads, cos, sin);

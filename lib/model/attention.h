@@ -1,7 +1,8 @@
 #pragma once
 // Grouped-query causal self-attention through at::scaled_dot_product_attention. Heads are split
 // across tensor-parallel ranks (column-parallel q/k/v, row-parallel o_proj); with
-// model.attention_bias (Qwen2) q, k and v add a bias split like their output features. Under context
+// model.attention_bias (Qwen2) q, k and v add a bias split like their output features; with
+// model.qk_norm (Qwen3) each query and key head is RMS-normalised before the rotary embedding. Under context
 // parallelism each rank holds its zigzag part of the sequence and the core attention runs over the
 // cp group (ring attention or Ulysses, parallel/context/).
 #include <ATen/core/Tensor.h>
@@ -35,6 +36,8 @@ class Attention {
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::vector<at::Tensor> qkv_bias_;  // q, k and v's local bias slices (model.attention_bias), or empty
+  RmsNorm q_norm_, k_norm_;           // model.qk_norm: over head_dim, the weights shared by all heads
+  bool qk_norm_ = false;
   TensorParallel tp_;
   ContextParallel cp_;
   int64_t local_heads_ = 0, local_kv_heads_ = 0, head_dim_ = 0;

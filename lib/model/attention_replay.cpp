@@ -155,6 +155,14 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
     r.drop(n1);
     a.norm_out = Timeline::kNone;
   }
+  if (r.s.qk_norm) {  // the norm functions save q and k; the projections' outputs go with them
+    const Id qn = head_norm_forward(r, q, r.T() * r.s.q_heads, r.s.head_dim, a.q_norm);
+    r.drop(q);
+    q = qn;
+    const Id kn = head_norm_forward(r, k, r.T() * r.s.kv_heads, r.s.head_dim, a.k_norm);
+    r.drop(k);
+    k = kn;
+  }
   a.core.q = rope_forward(r, q, q_bytes(r));
   a.core.k = rope_forward(r, k, kv_bytes(r));
   a.core.v = v;
@@ -195,8 +203,12 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
   const Id gout = linear_backward(r, go, r.T(), r.H(), qd, a.o_in, /*drop_grad=*/go != g);
   Id dq, dk, dv;
   sdpa_backward(r, gout, a.core, dq, dk, dv);
-  const Id gk = rope_backward(r, dk, kv_bytes(r));
-  const Id gq = rope_backward(r, dq, q_bytes(r));
+  Id gk = rope_backward(r, dk, kv_bytes(r));
+  Id gq = rope_backward(r, dq, q_bytes(r));
+  if (r.s.qk_norm) {
+    gk = norm_backward(r, gk, a.k_norm, Timeline::kNone);
+    gq = norm_backward(r, gq, a.q_norm, Timeline::kNone);
+  }
   if (r.norm_recompute()) a.norm_out = norm_nograd(r, Timeline::kNone, r.Tn());  // the norm's output again
   bias_grads(r, {qd, kvd, kvd});
   const Id gn = column_backward(r, {gq, gk, dv}, {qd, kvd, kvd}, a.norm_out, r.T(), r.sp(), /*reduce=*/true);
@@ -213,6 +225,10 @@ Id attention_nograd(Replay& r, Id x) {
   if (in != n1) r.drop(in);
   add_biases(r, {{&q, qd}, {&k, kvd}, {&v, kvd}});
   r.drop(n1);
+  if (r.s.qk_norm) {
+    q = head_norm_nograd(r, q, r.T() * r.s.q_heads, r.s.head_dim);
+    k = head_norm_nograd(r, k, r.T() * r.s.kv_heads, r.s.head_dim);
+  }
   const Id qr = rope_forward(r, q, q_bytes(r));
   const Id kr = rope_forward(r, k, kv_bytes(r));
   Id lse = Timeline::kNone;

@@ -27,6 +27,7 @@ struct AttentionBlock {
   Id norm_out = Timeline::kNone;  // saved by q, k, v projections
   Id o_in = Timeline::kNone;      // o_proj's input: a [s, b, h] view of the attention output
   AttentionSaved core;
+  NormSaved q_norm, k_norm;       // model.qk_norm
   Id h = Timeline::kNone;         // x + attention: the residual stream
 };
 

@@ -19,8 +19,8 @@ Id norm_backward_done(Replay& r, Id gx, Id g, const NormSaved& saved, Id resid) 
 }
 
 // x^2, its mean, + eps, rsqrt over `tokens` rows: returns the fp32 rsqrt [tokens].
-Id rsqrt_rows(Replay& r, int64_t tokens) {
-  const Id pow = r.ew(tokens * r.H() * kF32);
+Id rsqrt_rows(Replay& r, int64_t tokens, int64_t width) {
+  const Id pow = r.ew(tokens * width * kF32);
   const Id mean = r.ew(tokens * kF32);
   r.drop(pow);
   const Id add = r.ew(tokens * kF32);
@@ -42,14 +42,14 @@ Id cast_unless_f32(Replay& r, Id v, int64_t elements, int64_t bytes) {
 // The norm function's forward kernels (rms_norm.cpp), nothing saved but the rsqrt (*rs): the
 // fp32 copy (bf16, a temporary), the rsqrt, the normalised values and their cast, the weight
 // mul. Returns the output.
-Id norm_kernels(Replay& r, int64_t tokens, Id* rs) {
-  const int64_t n = tokens * r.H();
-  if (r.s.fused.rms_norm) {  // one kernel: the output and the fp32 rstd per row
+Id norm_kernels(Replay& r, int64_t tokens, int64_t width, bool fused, Id* rs) {
+  const int64_t n = tokens * width;
+  if (fused) {  // one kernel: the output and the fp32 rstd per row
     *rs = r.alloc(tokens * kF32);
     return r.ew(n * r.e, 1);
   }
   const Id x32 = r.e == kF32 ? Timeline::kNone : r.ew(n * kF32);
-  *rs = rsqrt_rows(r, tokens);
+  *rs = rsqrt_rows(r, tokens, width);
   const Id normed = cast_unless_f32(r, r.ew(n * kF32, 2), n, r.e);
   const Id out = r.ew(n * r.e, 2);
   r.drop(normed);
@@ -59,9 +59,9 @@ Id norm_kernels(Replay& r, int64_t tokens, Id* rs) {
 
 // _fused_rms_norm_backward: dx in one pass over g and x, the weight's gradient in another.
 Id norm_backward_fused(Replay& r, Id g, const NormSaved& saved, Id resid) {
-  const int64_t n = saved.tokens * r.H();
+  const int64_t n = saved.tokens * saved.width;
   const Id gx = r.ew(n * r.e, 2);
-  const Id gw = r.ew(r.H() * r.e, 2.0 * double(saved.tokens));  // g and x read again, summed over rows
+  const Id gw = r.ew(saved.width * r.e, 2.0 * double(saved.tokens));  // g and x read again, summed over rows
   r.drop(gw);
   return norm_backward_done(r, gx, g, saved, resid);
 }
@@ -70,11 +70,11 @@ Id norm_forward_lean(Replay& r, Id x, int64_t tokens, NormSaved& saved) {
   saved.tokens = tokens;
   saved.x = x;
   r.hold(x);
-  return norm_kernels(r, tokens, &saved.rs);  // the rsqrt saved
+  return norm_kernels(r, tokens, saved.width, saved.fused, &saved.rs);  // the rsqrt saved
 }
 
 Id norm_backward_lean(Replay& r, Id g, const NormSaved& saved, Id resid) {
-  const int64_t n = saved.tokens * r.H();
+  const int64_t n = saved.tokens * saved.width;
   // xhat = x.float() * rstd, computed again.
   const Id up = r.e == kF32 ? Timeline::kNone : r.ew(n * kF32);
   const Id xhat = r.ew(n * kF32, 2);
@@ -82,7 +82,7 @@ Id norm_backward_lean(Replay& r, Id g, const NormSaved& saved, Id resid) {
   // The weight's gradient: g * xhat (in the model dtype), summed over rows.
   const Id cast = r.e == kF32 ? Timeline::kNone : r.ew(n * r.e);
   const Id tmp = r.ew(n * r.e, 2);
-  const Id gw = r.ew(r.H() * r.e);
+  const Id gw = r.ew(saved.width * r.e);
   r.drop(tmp);
   r.drop(cast);
   r.drop(gw);
@@ -102,7 +102,7 @@ Id norm_backward_lean(Replay& r, Id g, const NormSaved& saved, Id resid) {
 
 // autograd's graph of the same arithmetic (not lean): the fp32 copy and normed are saved.
 Id norm_forward_graph(Replay& r, Id x, int64_t tokens, NormSaved& saved) {
-  const int64_t n = tokens * r.H();
+  const int64_t n = tokens * saved.width;
   saved.tokens = tokens;
   if (r.e == kF32) {
     saved.x32 = x;
@@ -110,7 +110,7 @@ Id norm_forward_graph(Replay& r, Id x, int64_t tokens, NormSaved& saved) {
   } else {
     saved.x32 = r.ew(n * kF32);  // the fp32 copy, saved
   }
-  saved.rs = rsqrt_rows(r, tokens);  // saved
+  saved.rs = rsqrt_rows(r, tokens, saved.width);  // saved
   Id normed = r.ew(n * kF32, 2);
   if (r.e != kF32) {
     const Id cast = r.ew(n * r.e);
@@ -122,10 +122,10 @@ Id norm_forward_graph(Replay& r, Id x, int64_t tokens, NormSaved& saved) {
 }
 
 Id norm_backward_graph(Replay& r, Id g, const NormSaved& saved, Id resid) {
-  const int64_t n = saved.tokens * r.H();
+  const int64_t n = saved.tokens * saved.width;
   Id gn = r.ew(n * r.e, 2);         // g * w
   const Id tmp = r.ew(n * r.e, 2);  // g * normed, summed into the weight gradient
-  const Id gw = r.ew(r.H() * r.e);
+  const Id gw = r.ew(saved.width * r.e);
   r.drop(tmp);
   r.drop(saved.normed);
   r.drop(g);
@@ -169,6 +169,7 @@ Id norm_backward_graph(Replay& r, Id g, const NormSaved& saved, Id resid) {
 }  // namespace
 
 Id norm_forward(Replay& r, Id x, int64_t tokens, NormSaved& saved) {
+  saved.width = r.H();
   saved.lean = r.lean();
   saved.fused = r.s.fused.rms_norm;
   // The fused norm saves what the lean one does (norm_kernels runs its one kernel).
@@ -183,8 +184,23 @@ Id norm_backward(Replay& r, Id g, const NormSaved& saved, Id resid) {
 Id norm_nograd(Replay& r, Id x, int64_t tokens) {
   (void)x;
   Id rs = Timeline::kNone;
-  const Id out = norm_kernels(r, tokens, &rs);
+  const Id out = norm_kernels(r, tokens, r.H(), r.s.fused.rms_norm, &rs);
   r.drop(rs);
+  return out;
+}
+
+Id head_norm_forward(Replay& r, Id x, int64_t rows, int64_t width, NormSaved& saved) {
+  saved.width = width;
+  saved.lean = true;
+  saved.fused = false;
+  return norm_forward_lean(r, x, rows, saved);
+}
+
+Id head_norm_nograd(Replay& r, Id x, int64_t rows, int64_t width) {
+  Id rs = Timeline::kNone;
+  const Id out = norm_kernels(r, rows, width, /*fused=*/false, &rs);
+  r.drop(rs);
+  r.drop(x);
   return out;
 }
 

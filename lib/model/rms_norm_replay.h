@@ -20,6 +20,7 @@ struct NormSaved {
   Id x = Timeline::kNone, rs = Timeline::kNone;
   Id x32 = Timeline::kNone, normed = Timeline::kNone;  // autograd's graph (not lean)
   int64_t tokens = 0;
+  int64_t width = 0;  // the normalised dimension: hidden_size, or head_dim for the q/k norms
   bool lean = false;
   bool fused = false;  // ATen's fused RMSNorm (fused_ops.cpp): saves x and rstd like lean
 };
@@ -36,5 +37,11 @@ Id norm_backward(Replay& r, Id g, const NormSaved& saved, Id resid);
 // Without autograd (the forward of recompute(full)): nothing saved, every tensor freed once its
 // consumer has run.
 Id norm_nograd(Replay& r, Id x, int64_t tokens);
+
+// model.qk_norm's per-head norms (attention.cpp): the norm function (never fused) over `rows` rows
+// of `width` (tokens x heads rows of head_dim). The input `x` is saved; norm_backward undoes it.
+Id head_norm_forward(Replay& r, Id x, int64_t rows, int64_t width, NormSaved& saved);
+// The same without autograd: `x` is released once normalised.
+Id head_norm_nograd(Replay& r, Id x, int64_t rows, int64_t width);
 
 }  // namespace trainer::model::replays

@@ -129,9 +129,10 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
   // Llama's attention_bias puts a bias on o_proj too; Qwen2 has q, k and v biases without the key.
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (hf.contains(bias) && hf[bias] == true) problem(fmt::format("{} true is not supported; expected false", bias));
-  // Qwen2 keeps sliding_window (and max_window_layers) in its config while use_sliding_window is
-  // false; transformers then attends to the whole causal context.
-  const bool window_off = model_type == "qwen2" && hf.value("use_sliding_window", false) == false;
+  // Qwen2 and Qwen3 keep sliding_window (and max_window_layers) in their configs while
+  // use_sliding_window is false; transformers then attends to the whole causal context.
+  const bool window_off =
+      (model_type == "qwen2" || model_type == "qwen3") && hf.value("use_sliding_window", false) == false;
   if (!window_off && hf.contains("sliding_window") && !hf["sliding_window"].is_null())
     problem(fmt::format("sliding_window {} is not supported; expected null (full causal attention)",
                         describe_json(hf["sliding_window"])));
@@ -173,10 +174,11 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   const json& type_json = hf.contains("model_type") ? hf["model_type"] : json("llama");
   const std::string model_type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
   if (!type_json.is_string())
-    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral or qwen2", model_type,
+    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral, qwen2 or qwen3", model_type,
                         json_type_name(type_json)));
-  else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && model_type != "qwen2")
-    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral or qwen2 "
+  else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && model_type != "qwen2" &&
+           model_type != "qwen3")
+    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral, qwen2 or qwen3 "
                         "(write the model section by hand for other architectures)", model_type));
   check_unsupported(hf, model_type, problem);
 
@@ -185,6 +187,7 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
     if (hf.contains(name) && !hf[name].is_null()) model[name] = hf[name];
   read_rope(hf, model, problem);
   if (model_type == "qwen2") model["attention_bias"] = true;  // q, k and v: Qwen2Attention's bias=True
+  if (model_type == "qwen3") model["qk_norm"] = true;  // Qwen3Attention's q_norm and k_norm
   const bool moe = model_type == "mixtral" || hf.contains("num_local_experts");
   if (moe) {
     json moe_section = json::object();

@@ -138,6 +138,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v projections with a bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm of queries and keys before RoPE (Qwen3)
   // The embedding and LM head hold padded_vocab_size(tp) rows (Megatron's padding for GEMM shapes);
   // the rows past vocab_size are zeros outside the softmax, never in checkpoints or exports.
   int64_t make_vocab_size_divisible_by = 128;
@@ -193,6 +194,10 @@ struct ModelConfig {
     t.key("attention_bias", &ModelConfig::attention_bias, any(),
         "A bias on the query, key and value projections (not on the output projection), as in "
         "Qwen2 and Qwen2.5; split with their output features under tensor parallelism.");
+    t.key("qk_norm", &ModelConfig::qk_norm, any(),
+        "An RMSNorm over each query and key head (weights `q_norm` and `k_norm` of `head_dim`, "
+        "shared by the heads) before the rotary embedding, as in Qwen3; its epsilon is "
+        "`model.rms_norm_eps`.");
     t.key("make_vocab_size_divisible_by", &ModelConfig::make_vocab_size_divisible_by, at_least(1),
         "The embedding and LM head are padded to a multiple of this x `parallel.tp` rows "
         "(Megatron's padding; zero rows outside the softmax, never in checkpoints or exports). 1 "

@@ -378,7 +378,10 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
       " --set model.num_attention_heads=6 --set model.num_key_value_heads=3 --set model.head_dim=16"
       " --set model.intermediate_size=384 --set model.vocab_size=255";
   const std::vector<Case> cases = {
-      {"tp2 tied", 2, " --set model.tie_word_embeddings=true", " --set parallel.tp=2"},
+      // With Qwen3's per-head q/k norms (replicated, their gradients summed over tp) and a head_dim
+      // that is not hidden / heads.
+      {"tp2 tied qk norm", 2, " --set model.tie_word_embeddings=true --set model.qk_norm=true --set model.head_dim=24",
+       " --set parallel.tp=2"},
       // Not a power of two: 6 heads of 16, 3 key/value heads, a width and a vocabulary 3 divides.
       {"tp3", 3, tp3, " --set parallel.tp=3"},
       {"tp2 dp2 zero1", 4, gqa, " --set parallel.tp=2 --set parallel.zero=1"},
@@ -391,7 +394,8 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
       // bf16 on the CPU: other summation orders round differently (measured 3.0e-4 at most).
       {"tp2 bf16", 2, " --set training.dtype=bf16", " --set parallel.tp=2", 1e-3},
       // Sequence parallelism: norms and residuals on 1/tp of the sequence each.
-      {"tp4 sp tied", 4, " --set model.num_key_value_heads=4 --set model.tie_word_embeddings=true",
+      {"tp4 sp tied qk norm", 4,
+       " --set model.num_key_value_heads=4 --set model.tie_word_embeddings=true --set model.qk_norm=true",
        " --set parallel.tp=4" + sp},
       // With Qwen2's q, k and v biases, split with their heads.
       {"tp3 sp seq 63 qkv bias", 3, tp3 + " --set model.attention_bias=true", " --set parallel.tp=3" + sp, 1e-5,

@@ -7,7 +7,9 @@ usage: hf_make_model.py OUT_DIR VARIANT
           mixtral: Mixtral, 4 experts, top-2
           qwen2:   Qwen2, q/k/v biases (drawn at random: transformers initialises them to zero),
                    rope_theta 1e6, tied embeddings, sliding window off
-  Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12.
+          qwen3:   Qwen3, per-head q/k norms (weights drawn at random around 1), head_dim 16 (not
+                   hidden / heads = 12), untied, sliding window off
+  Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12 (qwen3: 16).
 Writes OUT_DIR/new (as transformers 5 saves it: rope_parameters) and OUT_DIR/old (the same weights,
 the config rewritten in transformers 4's layout: top-level rope_theta and rope_scaling)."""
 import json
@@ -34,6 +36,9 @@ elif variant == "mistral":
 elif variant == "qwen2":
     common["tie_word_embeddings"] = True
     config = transformers.Qwen2Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
+elif variant == "qwen3":
+    common["head_dim"] = 16
+    config = transformers.Qwen3Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
 elif variant == "mixtral":
     config = transformers.MixtralConfig(**common, rope_theta=20000.0, num_local_experts=4, num_experts_per_tok=2)
 else:
@@ -43,6 +48,8 @@ with torch.no_grad():
     for name, parameter in model.named_parameters():
         if name.endswith(".bias"):
             parameter.normal_(0.0, 0.5)
+        elif name.endswith(("q_norm.weight", "k_norm.weight")):
+            parameter.normal_(1.0, 0.3)
 new_dir, old_dir = os.path.join(out_dir, "new"), os.path.join(out_dir, "old")
 model.save_pretrained(new_dir)
 

@@ -111,6 +111,9 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
       // Qwen2's q, k and v biases.
       {"model.attention_bias=true"},
       {"model.attention_bias=true", "training.dtype=bf16", "training.recompute=selective"},
+      // Qwen3's per-head q/k norms, head_dim not hidden / heads.
+      {"model.qk_norm=true", "model.head_dim=24"},
+      {"model.qk_norm=true", "training.dtype=bf16", "training.recompute=full"},
   });
 }
 
@@ -233,6 +236,7 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (tensor and 
                      // Vocabulary 255 padded to 256 rows (128 x tp 2): the last row of rank 1 is padding.
                      {"parallel.tp=2", "model.vocab_size=255", "parallel.sequence_parallel=true"},
                      {"parallel.tp=2", "parallel.sequence_parallel=true", "model.attention_bias=true"},
+                     {"parallel.tp=2", "parallel.sequence_parallel=true", "model.qk_norm=true"},
                  },
                  2);
 }

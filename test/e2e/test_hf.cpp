@@ -174,6 +174,18 @@ TEST_CASE("hf: exported weights with q/k/v biases load as transformers' Qwen2 wi
                    {"model.num_hidden_layers=2", "model.attention_bias=true", "model.tie_word_embeddings=true"});
 }
 
+TEST_CASE("hf: a Qwen3 made by transformers (q/k norms - head_dim 16 not hidden/heads) in both config layouts",
+          "[hf]") {
+  install_transformers();
+  check_transformers_model("qwen3");
+}
+
+TEST_CASE("hf: exported weights with q/k norms load as transformers' Qwen3 with trainer's logits", "[hf]") {
+  install_transformers();
+  check_round_trip(source_dir() + "/recipes/tiny-llama.json",
+                   {"model.num_hidden_layers=2", "model.qk_norm=true", "model.head_dim=24"});
+}
+
 TEST_CASE("hf: a bf16 run from init_from keeps those weights - its fp32 master weights follow them", "[hf]") {
   // Weights of a briefly trained model, exported; then two steps at a negligible learning rate from
   // them, in fp32 (the parameters are the master weights) and in bf16 (fp32 master copies). The

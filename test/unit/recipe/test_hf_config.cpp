@@ -90,6 +90,19 @@ TEST_CASE("a Qwen2 config gives q/k/v biases - its unused sliding window is acce
   CHECK(any_contains(problems, "use_sliding_window true is not supported"));
 }
 
+TEST_CASE("a Qwen3 config gives per-head q/k norms and its own head_dim", "[recipe]") {
+  TempDir dir;
+  dir.write("config.json", R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+    "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000, "tie_word_embeddings": true, "attention_bias": false,
+    "use_sliding_window": false, "sliding_window": null, "max_window_layers": 28, "attention_dropout": 0.0})");
+  const auto r = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe;
+  CHECK(r.model.qk_norm);
+  CHECK_FALSE(r.model.attention_bias);
+  CHECK(r.model.head_dim == 128);  // not hidden / heads = 64
+}
+
 TEST_CASE("a missing or malformed hf_config file is a user error naming it", "[recipe]") {
   TempDir dir;
   CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": "/nonexistent/c.json"}})"),
