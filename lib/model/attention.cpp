@@ -34,7 +34,8 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
     q_norm_ = RmsNorm(params, prefix + "q_norm.weight", d, config.rms_norm_eps);
     k_norm_ = RmsNorm(params, prefix + "k_norm.weight", d, config.rms_norm_eps);
     if (tp.size > 1)
-      for (const char* name : {"q_norm.weight", "k_norm.weight"}) params.find(prefix + name)->grad_group = mesh::GroupKind::TpDpCp;
+      for (const char* name : {"q_norm.weight", "k_norm.weight"})
+        params.find(prefix + name)->grad_group = mesh::GroupKind::TpDpCp;
   }
   if (config.attention_bias) {
     // Zeros at initialisation; no weight decay (as Megatron's and torchtitan's defaults for biases).
