@@ -221,7 +221,8 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
                                     int64_t(s.ulysses), s.experts, s.local_experts, s.top_k, s.expert_ffn,
                                     s.shared_ffn, s.ep, s.expert_rows, int64_t(s.fused.rms_norm),
                                     int64_t(s.fused.rope), int64_t(s.fused.swiglu), int64_t(s.fused.cross_entropy),
-                                    int64_t(s.fused.grad_accumulation)};
+                                    int64_t(s.fused.grad_accumulation), s.etp, int64_t(s.attention_bias),
+                                    int64_t(s.qk_norm)};
   auto it = models_.find(key);
   if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
   return it->second;

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <numeric>
 #include <utility>
+#include <vector>
 
 namespace trainer::model::replays {
 
@@ -115,7 +116,6 @@ void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id&
   r.drop(a.out);
 }
 
-
 // model.attention_bias: q, k and v each add their bias into a new tensor (the add saves nothing);
 // the projection's output is freed.
 void add_biases(Replay& r, std::initializer_list<std::pair<Id*, int64_t>> outputs) {
@@ -155,13 +155,18 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
     r.drop(n1);
     a.norm_out = Timeline::kNone;
   }
-  if (r.s.qk_norm) {  // the norm functions save q and k; the projections' outputs go with them
+  // The norm functions save q and k (the projections' outputs); the normalised q and k stay alive
+  // in Attention::forward's locals until it returns.
+  std::vector<Id> until_return;
+  if (r.s.qk_norm) {
     const Id qn = head_norm_forward(r, q, r.T() * r.s.q_heads, r.s.head_dim, a.q_norm);
     r.drop(q);
     q = qn;
     const Id kn = head_norm_forward(r, k, r.T() * r.s.kv_heads, r.s.head_dim, a.k_norm);
     r.drop(k);
     k = kn;
+    until_return = {qn, kn};
+    for (const Id t : until_return) r.hold(t);
   }
   a.core.q = rope_forward(r, q, q_bytes(r));
   a.core.k = rope_forward(r, k, kv_bytes(r));
@@ -182,6 +187,7 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
     r.drop(a.core.out);
     a.core.out = Timeline::kNone;
   }
+  for (const Id t : until_return) r.drop(t);
   a.h = r.ew(r.Tn() * r.H() * r.e, 2);  // h = x + o
   r.drop(o);
   return a.h;
@@ -225,9 +231,17 @@ Id attention_nograd(Replay& r, Id x) {
   if (in != n1) r.drop(in);
   add_biases(r, {{&q, qd}, {&k, kvd}, {&v, kvd}});
   r.drop(n1);
+  // As in forward: the projections' outputs and the normalised q and k live until Attention::forward
+  // returns.
+  std::vector<Id> until_return;
   if (r.s.qk_norm) {
-    q = head_norm_nograd(r, q, r.T() * r.s.q_heads, r.s.head_dim);
-    k = head_norm_nograd(r, k, r.T() * r.s.kv_heads, r.s.head_dim);
+    const Id qn = head_norm_nograd(r, q, r.T() * r.s.q_heads, r.s.head_dim);
+    const Id kn = head_norm_nograd(r, k, r.T() * r.s.kv_heads, r.s.head_dim);
+    until_return = {q, k, qn, kn};
+    r.hold(qn);
+    r.hold(kn);
+    q = qn;
+    k = kn;
   }
   const Id qr = rope_forward(r, q, q_bytes(r));
   const Id kr = rope_forward(r, k, kv_bytes(r));
@@ -238,6 +252,7 @@ Id attention_nograd(Replay& r, Id x) {
   r.drop(v);
   const Id o = reduce_output(r, r.gemm(r.T(), r.H(), qd));
   r.drop(out);
+  for (const Id t : until_return) r.drop(t);
   const Id h = r.ew(r.Tn() * r.H() * r.e, 2);
   r.drop(o);
   return h;

@@ -39,9 +39,10 @@ Id norm_backward(Replay& r, Id g, const NormSaved& saved, Id resid);
 Id norm_nograd(Replay& r, Id x, int64_t tokens);
 
 // model.qk_norm's per-head norms (attention.cpp): the norm function (never fused) over `rows` rows
-// of `width` (tokens x heads rows of head_dim). The input `x` is saved; norm_backward undoes it.
+// of `width` (tokens x heads rows of head_dim). The input `x` is saved (held until norm_backward);
+// the caller's own reference to it is the caller's to drop.
 Id head_norm_forward(Replay& r, Id x, int64_t rows, int64_t width, NormSaved& saved);
-// The same without autograd: `x` is released once normalised.
+// The same without autograd: nothing is saved; `x` stays the caller's.
 Id head_norm_nograd(Replay& r, Id x, int64_t rows, int64_t width);
 
 }  // namespace trainer::model::replays

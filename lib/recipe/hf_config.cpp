@@ -131,8 +131,8 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
     if (hf.contains(bias) && hf[bias] == true) problem(fmt::format("{} true is not supported; expected false", bias));
   // Qwen2 and Qwen3 keep sliding_window (and max_window_layers) in their configs while
   // use_sliding_window is false; transformers then attends to the whole causal context.
-  const bool window_off =
-      (model_type == "qwen2" || model_type == "qwen3") && hf.value("use_sliding_window", false) == false;
+  const bool window_off = (model_type == "qwen2" || model_type == "qwen3") &&
+                          (!hf.contains("use_sliding_window") || hf["use_sliding_window"] == false);
   if (!window_off && hf.contains("sliding_window") && !hf["sliding_window"].is_null())
     problem(fmt::format("sliding_window {} is not supported; expected null (full causal attention)",
                         describe_json(hf["sliding_window"])));
@@ -187,7 +187,11 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
     if (hf.contains(name) && !hf[name].is_null()) model[name] = hf[name];
   read_rope(hf, model, problem);
   if (model_type == "qwen2") model["attention_bias"] = true;  // q, k and v: Qwen2Attention's bias=True
-  if (model_type == "qwen3") model["qk_norm"] = true;  // Qwen3Attention's q_norm and k_norm
+  if (model_type == "qwen3") {
+    model["qk_norm"] = true;  // Qwen3Attention's q_norm and k_norm
+    // Qwen3Config's head_dim defaults to 128, not hidden_size / num_attention_heads.
+    if (!hf.contains("head_dim") || hf["head_dim"].is_null()) model["head_dim"] = 128;
+  }
   const bool moe = model_type == "mixtral" || hf.contains("num_local_experts");
   if (moe) {
     json moe_section = json::object();

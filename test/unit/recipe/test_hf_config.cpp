@@ -101,6 +101,16 @@ TEST_CASE("a Qwen3 config gives per-head q/k norms and its own head_dim", "[reci
   CHECK(r.model.qk_norm);
   CHECK_FALSE(r.model.attention_bias);
   CHECK(r.model.head_dim == 128);  // not hidden / heads = 64
+  // Without head_dim, transformers' Qwen3Config takes 128 (not hidden / heads) and so does trainer;
+  // a null use_sliding_window is not "off".
+  dir.write("config.json", R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1024,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "use_sliding_window": null,
+    "sliding_window": 4096})");
+  const auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
+  CHECK(any_contains(problems, "sliding_window 4096 is not supported"));
+  dir.write("config.json", R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1024,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4})");
+  CHECK(load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe.model.head_dim == 128);
 }
 
 TEST_CASE("a missing or malformed hf_config file is a user error naming it", "[recipe]") {
