@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 
+#include "checkpoint/hf_names.h"
 #include "checkpoint/manifest_check.h"
 #include "checkpoint/synced_file.h"
 #include "core/error.h"
@@ -56,10 +58,10 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
   c["rope_parameters"] = rope;
   if (m.qk_norm) {
     // Qwen3: per-head q/k norms; its attention_bias would put a bias on o_proj too.
-    if (m.moe || m.attention_bias)
-      throw UserError("this model has q/k norms (model.qk_norm) together with experts or q/k/v biases, which no "
-                      "transformers architecture trainer exports expresses; export supports Llama-, Qwen2-, Qwen3- "
-                      "and Mixtral-shaped models");
+    if (m.attention_bias)
+      throw UserError("this model has q/k norms (model.qk_norm) together with q/k/v biases, which no transformers "
+                      "architecture trainer exports expresses; export supports Llama-, Mistral-, Qwen2-, Qwen3-, "
+                      "Qwen3-MoE- and Mixtral-shaped models");
     c["architectures"] = {"Qwen3ForCausalLM"};
     c["model_type"] = "qwen3";
     c.erase("mlp_bias");
@@ -78,11 +80,67 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
   }
+  // Sliding windows: Mistral (a Llama shape) and Mixtral window every layer; Qwen2 and Qwen3 the
+  // layers from max_window_layers on (layer_types for transformers 5).
+  const bool windowed = m.sliding_window.has_value();
+  const bool every_layer = int64_t(m.sliding_window_layers.size()) == m.num_hidden_layers;
+  if (windowed && (m.attention_bias || m.qk_norm)) {
+    int64_t first = m.num_hidden_layers;
+    for (const int64_t l : m.sliding_window_layers) first = std::min(first, l);
+    if (int64_t(m.sliding_window_layers.size()) != m.num_hidden_layers - first)
+      throw UserError("this model's sliding window is in layers that are not all the layers from one on "
+                      "(model.sliding_window_layers), which Qwen2's max_window_layers cannot express");
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t l = 0; l < m.num_hidden_layers; ++l) types.push_back(l < first ? "full_attention" : "sliding_attention");
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = *m.sliding_window;
+    c["max_window_layers"] = first;
+    c["layer_types"] = types;
+  } else if (windowed) {
+    if (!every_layer)
+      throw UserError("this model has a sliding window in some layers only (model.sliding_window_layers), which "
+                      "transformers' Mistral and Mixtral cannot express (they window every layer)");
+    if (!m.moe) {
+      c["architectures"] = {"MistralForCausalLM"};
+      c["model_type"] = "mistral";
+      c.erase("attention_bias");
+      c.erase("mlp_bias");
+    }
+    c["sliding_window"] = *m.sliding_window;
+  }
+  if (m.moe && m.qk_norm) {
+    // Qwen3-MoE (hf_names.h): softmax scores, top-k renormalised by norm_topk_prob, dense layers
+    // (of intermediate_size) where mlp_only_layers says.
+    const auto& e = *m.moe;
+    if (e.num_shared_experts > 0 || e.capacity_factor || e.scoring_func != recipe::ScoringFunc::Softmax ||
+        e.n_group != 1 || e.routed_scaling_factor != 1.0 || e.bias_update_rate > 0)
+      throw UserError("this Qwen3-MoE-shaped model (q/k norms with experts) has shared experts, a capacity factor, "
+                      "sigmoid scores, expert groups, a routed scaling factor or routing biases, which transformers' "
+                      "Qwen3-MoE cannot express");
+    nlohmann::json dense = nlohmann::json::array();
+    for (int64_t l = 0; l < m.num_hidden_layers; ++l)
+      if (!m.is_moe_layer(l)) dense.push_back(l);
+    c["architectures"] = {"Qwen3MoeForCausalLM"};
+    c["model_type"] = "qwen3_moe";
+    c["num_experts"] = e.num_local_experts;
+    c["num_experts_per_tok"] = e.num_experts_per_tok;
+    c["moe_intermediate_size"] = e.moe_intermediate_size;
+    c["norm_topk_prob"] = e.norm_topk_prob;
+    c["router_aux_loss_coef"] = e.router_aux_loss_coef;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = dense;
+    c["output_router_logits"] = false;
+    return c;
+  }
   if (m.moe) {
     const auto& e = *m.moe;
-    if (e.num_shared_experts > 0 || int64_t(e.layers.size()) != m.num_hidden_layers || e.capacity_factor)
-      throw UserError("this MoE model has shared experts, dense layers or a capacity factor, which transformers' "
-                      "Mixtral cannot express; export supports Llama-, Qwen2- and Mixtral-shaped models");
+    if (e.num_shared_experts > 0 || int64_t(e.layers.size()) != m.num_hidden_layers || e.capacity_factor ||
+        !e.norm_topk_prob || e.scoring_func != recipe::ScoringFunc::Softmax || e.n_group != 1 ||
+        e.routed_scaling_factor != 1.0 || e.bias_update_rate > 0)
+      throw UserError("this MoE model has shared experts, dense layers, a capacity factor, unnormalised top-k "
+                      "weights, sigmoid scores, expert groups, a routed scaling factor or routing biases, which "
+                      "transformers' Mixtral cannot express; export supports Llama-, Mistral-, Qwen2-, Qwen3-, "
+                      "Qwen3-MoE- and Mixtral-shaped models");
     c["architectures"] = {"MixtralForCausalLM"};
     c["model_type"] = "mixtral";
     c["intermediate_size"] = e.moe_intermediate_size;
@@ -90,7 +148,7 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
     c["num_experts_per_tok"] = e.num_experts_per_tok;
     c["router_aux_loss_coef"] = e.router_aux_loss_coef;
     c["output_router_logits"] = false;
-    c["sliding_window"] = nullptr;
+    c["sliding_window"] = windowed ? nlohmann::json(*m.sliding_window) : nlohmann::json(nullptr);
     c.erase("mlp_bias");
   }
   return c;
@@ -173,7 +231,7 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
       files.emplace_back();
       in_current = 0;
     }
-    files.back().push_back({name, t});
+    files.back().push_back({hf_name(name, r.model), t});
     in_current += t.nbytes();
   }
 

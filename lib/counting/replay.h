@@ -27,6 +27,9 @@ struct RankShape {
   bool tied_head = false;   // the LM head is the embedding weight, on this same rank
   bool attention_bias = false;  // q, k and v add a bias (model.attention_bias)
   bool qk_norm = false;         // per-head norms of q and k before rotary (model.qk_norm)
+  // The sliding window of the layers being replayed (model.sliding_window), 0 for full causal
+  // attention; set only when shorter than the whole sequence (training.seq_len).
+  int64_t window = 0;
   // none; core_attention: the attention core; selective: the attention core and the norms (the
   // linears after a norm compute its output again in backward); full: whole layers.
   Recompute recompute = Recompute::None;

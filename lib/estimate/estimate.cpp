@@ -32,12 +32,6 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
   StageTime t;
   const auto& mesh = job.mesh;
   const int64_t per_chunk = int64_t(stage.layers.size()) / mesh.vpp;
-  const SegmentTime dense_f = time(model.dense.forward), dense_b = time(model.dense.backward);
-  SegmentTime moe_f, moe_b;
-  if (job.shape.experts > 0) {
-    moe_f = time(model.moe.forward);
-    moe_b = time(model.moe.backward);
-  }
   for (int64_t v = 0; v < mesh.vpp; ++v) {
     const bool first_chunk = stage.first && v == 0;
     const bool last_chunk = stage.last && v == mesh.vpp - 1;
@@ -48,12 +42,13 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
     t.forward.add(time(head.forward));
     t.backward.add(time(head.backward));
     for (int64_t i = v * per_chunk; i < (v + 1) * per_chunk; ++i) {
-      const bool moe = job.counts.layers.at(size_t(stage.layers.at(size_t(i)))).moe;
-      t.forward.add(moe ? moe_f : dense_f);
-      t.backward.add(moe ? moe_b : dense_b);
+      const auto& counts = job.counts.layers.at(size_t(stage.layers.at(size_t(i))));
+      const LayerSegments& segments = model.layer(counts.moe, counts.window > 0);
+      const SegmentTime f = time(segments.forward);
+      t.forward.add(f);
+      t.backward.add(time(segments.backward));
       // What backward spends recomputing: the whole layer forward (full) or the attention core
       // (the norms of selective are memory-bound kernels in the backward's own time).
-      const SegmentTime& f = moe ? moe_f : dense_f;
       if (job.shape.recompute == Recompute::Full) t.recompute_s += f.total();
       if (recipe::recomputes_core_attention(job.shape.recompute))
         t.recompute_s += f.attention_s;
@@ -222,7 +217,7 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
                                     s.shared_ffn, s.ep, s.expert_rows, int64_t(s.fused.rms_norm),
                                     int64_t(s.fused.rope), int64_t(s.fused.swiglu), int64_t(s.fused.cross_entropy),
                                     int64_t(s.fused.grad_accumulation), s.etp, int64_t(s.attention_bias),
-                                    int64_t(s.qk_norm)};
+                                    int64_t(s.qk_norm), s.window};
   auto it = models_.find(key);
   if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
   return it->second;

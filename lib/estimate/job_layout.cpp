@@ -122,6 +122,9 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.attention_bias = m.attention_bias;
   sh.qk_norm = m.qk_norm;
+  // The windowed layers' window, where it is shorter than the sequence (model_micro_batch replays
+  // them apart from the full-attention layers).
+  if (m.sliding_window && *m.sliding_window < t.seq_len) sh.window = *m.sliding_window;
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {

@@ -51,9 +51,9 @@ ChunkRun run_chunk(const MicroBatchModel& model, const JobLayout& job, const int
     }
     level += double(s.net);
   };
-  const auto& moe_model = job.shape.experts > 0 ? model.moe : model.dense;
   auto layer = [&](int64_t l) -> const LayerSegments& {
-    return job.counts.layers[size_t(l)].moe ? moe_model : model.dense;
+    const auto& counts = job.counts.layers[size_t(l)];
+    return model.layer(counts.moe && job.shape.experts > 0, counts.window > 0 && job.shape.window > 0);
   };
   const LayerSegments& pre = first_chunk ? model.pre_first : model.pre_other;
   const LayerSegments& head = last_chunk ? model.head_last : model.head_other;

@@ -1,5 +1,7 @@
 #include "estimate/model_counts.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -71,6 +73,7 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
     LayerCounts layer;
     layer.index = l;
     layer.moe = is_moe[static_cast<size_t>(l)] != 0;
+    if (model.sliding_window && *model.sliding_window < seq_len) layer.window = model.window_of(l);
     const int64_t common = c.attention_params_per_layer + c.norm_params_per_layer;
     if (layer.moe) {
       layer.params = common + c.moe_params_per_layer;
@@ -98,6 +101,18 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
   c.dense_flops_per_token = 6.0 * static_cast<double>(c.matmul_params_per_token);
   c.attention_flops_per_token = 12.0 * static_cast<double>(L) * static_cast<double>(heads) *
                                 static_cast<double>(head_dim) * static_cast<double>(seq_len);
+  if (std::any_of(c.layers.begin(), c.layers.end(), [](const LayerCounts& l) { return l.window > 0; })) {
+    // A window W attends W(W+1)/2 + (T-W)W (query, key) pairs where causal attention attends
+    // T(T+1)/2: the layer's length scaled by that ratio.
+    const double T = static_cast<double>(seq_len);
+    double length = 0;
+    for (const auto& layer : c.layers) {
+      const double W = static_cast<double>(layer.window);
+      length += layer.window > 0 ? T * (W * (W + 1) / 2 + (T - W) * W) / (T * (T + 1) / 2) : T;
+    }
+    c.attention_flops_per_token =
+        12.0 * static_cast<double>(heads) * static_cast<double>(head_dim) * length;
+  }
   c.flops_per_token = c.dense_flops_per_token + c.attention_flops_per_token;
   return c;
 }

@@ -22,6 +22,7 @@ namespace trainer::estimate {
 struct LayerCounts {
   int64_t index = 0;
   bool moe = false;
+  int64_t window = 0;         // model.sliding_window in this layer when shorter than seq_len, else 0
   int64_t params = 0;         // every parameter of the layer
   int64_t active_params = 0;  // the parameters one token passes through
 };
@@ -52,7 +53,9 @@ struct ModelCounts {
   // (a lookup, no FLOPs), plus the LM head's V*H even when it is tied (the product still runs).
   int64_t matmul_params_per_token = 0;
   double dense_flops_per_token = 0;      // 6 * matmul_params_per_token
-  double attention_flops_per_token = 0;  // 12 * L * heads * head_dim * seq_len (not halved for causal masking)
+  // 12 * L * heads * head_dim * seq_len (not halved for causal masking); a windowed layer counts
+  // seq_len * (its attended (query, key) pairs / a causal layer's) instead of seq_len.
+  double attention_flops_per_token = 0;
   double flops_per_token = 0;            // dense + attention
 };
 

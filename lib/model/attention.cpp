@@ -15,13 +15,14 @@
 namespace trainer::model {
 
 Attention::Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config,
-                     TensorParallel tp, ContextParallel cp, bool fused_rope)
+                     TensorParallel tp, ContextParallel cp, bool fused_rope, int64_t window)
     : tp_(tp),
       cp_(cp),
       local_heads_(config.num_attention_heads / tp.size),
       local_kv_heads_(config.num_key_value_heads / tp.size),
       head_dim_(config.head_dim),
-      fused_rope_(fused_rope) {
+      fused_rope_(fused_rope),
+      window_(window) {
   const int64_t h = config.hidden_size, d = config.head_dim;
   q_proj_ = Linear(params, prefix + "q_proj.weight", h, config.num_attention_heads * d, LinearKind::Column, tp);
   k_proj_ = Linear(params, prefix + "k_proj.weight", h, config.num_key_value_heads * d, LinearKind::Column, tp);
@@ -53,9 +54,9 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
 
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
   if (cp_.size > 1)
-    return cp_.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp_.group)
-                                                       : parallel::ulysses_attention(q, k, v, *cp_.group);
-  return parallel::causal_sdpa(q, k, v);
+    return cp_.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp_.group, window_)
+                                                       : parallel::ulysses_attention(q, k, v, *cp_.group, window_);
+  return parallel::causal_sdpa(q, k, v, window_);
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

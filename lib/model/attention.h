@@ -2,7 +2,8 @@
 // Grouped-query causal self-attention through at::scaled_dot_product_attention. Heads are split
 // across tensor-parallel ranks (column-parallel q/k/v, row-parallel o_proj); with
 // model.attention_bias (Qwen2) q, k and v add a bias split like their output features; with
-// model.qk_norm (Qwen3) each query and key head is RMS-normalised before the rotary embedding. Under context
+// model.qk_norm (Qwen3) each query and key head is RMS-normalised before the rotary embedding; with
+// model.sliding_window (Mistral) each query attends only the last window tokens. Under context
 // parallelism each rank holds its zigzag part of the sequence and the core attention runs over the
 // cp group (ring attention or Ulysses, parallel/context/).
 #include <ATen/core/Tensor.h>
@@ -19,8 +20,9 @@ class Attention {
  public:
   Attention() = default;
   // fused_rope: q and k rotated by kernels/rope on CUDA (model/fused_kernels.h).
+  // `window`: model.sliding_window for this layer (model.sliding_window_layers), 0 for none.
   Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
-            ContextParallel cp = {}, bool fused_rope = false);
+            ContextParallel cp = {}, bool fused_rope = false, int64_t window = 0);
 
   // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
   // the whole sequence. `recompute_core`: keep no attention-core
@@ -42,6 +44,7 @@ class Attention {
   ContextParallel cp_;
   int64_t local_heads_ = 0, local_kv_heads_ = 0, head_dim_ = 0;
   bool fused_rope_ = false;
+  int64_t window_ = 0;  // sliding window in tokens, 0: full causal attention
 };
 
 }  // namespace trainer::model

@@ -27,17 +27,63 @@ int64_t kv_split(Replay& r) { return std::min<int64_t>(512, r.s.seq); }
 double attention_flops_forward(Replay& r) {
   // QK^T and AV: 4 b heads s^2 d, half of it under the causal mask. With cp, each rank's two
   // chunks see on average half of the whole sequence: the same total split cp ways.
-  const double full = 4.0 * double(r.s.micro_batch) * double(r.s.q_heads) * double(r.s.seq) *
-                      double(r.s.seq * r.s.cp) * double(r.s.head_dim);
-  return full / 2.0;
+  if (r.s.window == 0) {
+    const double full = 4.0 * double(r.s.micro_batch) * double(r.s.q_heads) * double(r.s.seq) *
+                        double(r.s.seq * r.s.cp) * double(r.s.head_dim);
+    return full / 2.0;
+  }
+  // A sliding window W: query i attends min(i + 1, W) keys.
+  const double S = double(r.s.seq * r.s.cp), W = double(r.s.window);
+  const double pairs = W * (W + 1) / 2 + (S - W) * W;
+  return 4.0 * double(r.s.micro_batch) * double(r.s.q_heads) * pairs * double(r.s.head_dim) / double(r.s.cp);
+}
+
+// The flash kernel takes a GPU's window; on the CPU (and for Ulysses, over the gathered whole
+// sequence) attention runs with an additive [S, S] mask (causal_sdpa.cpp). Ring attention builds
+// one per block pair instead (ring_attention.cpp).
+bool window_mask(Replay& r) { return r.s.window > 0 && r.s.device == Device::Cpu && (r.s.cp == 1 || r.s.ulysses); }
+
+// band_mask (attention_block.cpp): two boolean comparisons, then the mask in the model dtype.
+Id build_mask(Replay& r, int64_t rows, int64_t keys) {
+  const Id comparisons = r.alloc(2 * rows * keys);
+  const Id mask = r.alloc(rows * keys * r.e);
+  r.drop(comparisons);
+  return mask;
+}
+
+// Ring attention under a window: the (query chunk, key chunk) pairs rank 0 attends over the ring
+// (ring_attention.cpp band_pairs; the other ranks' counts differ by at most a few).
+int64_t ring_band_calls(Replay& r) {
+  const int64_t n = r.s.cp, c = r.s.seq / 2, w = r.s.window;
+  int64_t calls = 0;
+  for (int64_t step = 0; step < n; ++step) {
+    const int64_t source = (n - step) % n;
+    for (const int64_t query : {int64_t(0), 2 * n - 1})
+      for (const int64_t key : {source, 2 * n - 1 - source}) {
+        const int64_t offset = (query - key) * c;
+        if (offset >= 0 && c - 1 - offset + w > 0) ++calls;
+      }
+  }
+  return calls;
 }
 
 // Ulysses repeats the key/value heads to lcm(kv, cp) when cp does not divide them
 // (ulysses_attention.cpp): what its all-to-all carries for k and v together.
 int64_t ulysses_kv_bytes(Replay& r) { return 2 * kv_bytes(r) * (r.s.cp / std::gcd(r.s.kv_heads, r.s.cp)); }
 
-// Ring attention runs one flash call per K/V block it holds in turn.
-int64_t attention_calls(Replay& r) { return r.s.cp > 1 && !r.s.ulysses ? r.s.cp : 1; }
+// Ring attention runs one flash call per K/V block it holds in turn (under a window, one per
+// block pair inside it).
+int64_t attention_calls(Replay& r) {
+  if (r.s.cp > 1 && !r.s.ulysses) return r.s.window > 0 ? ring_band_calls(r) : r.s.cp;
+  return 1;
+}
+
+// Ring attention's mask of one block pair under a window on the CPU, built and freed per call.
+void ring_band_mask(Replay& r) {
+  if (r.s.window == 0 || r.s.device != Device::Cpu || r.s.cp == 1 || r.s.ulysses) return;
+  const int64_t c = r.s.seq / 2;
+  r.drop(build_mask(r, c, c));
+}
 
 void cp_forward_comm(Replay& r) {
   if (r.s.cp <= 1) return;
@@ -50,8 +96,12 @@ void cp_forward_comm(Replay& r) {
   }
 }
 
-// Returns out; `keep_lse` false when the core runs without autograd (selective recompute).
-Id sdpa_forward(Replay& r, bool keep_lse, Id& lse) {
+// Returns out; `keep_lse` false when the core runs without autograd (selective recompute): then
+// neither the log-sum-exp nor a window's mask stays.
+Id sdpa_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
+  const int64_t whole = r.s.seq * r.s.cp;  // Ulysses attends over the whole sequence
+  mask = window_mask(r) ? build_mask(r, whole, whole) : Timeline::kNone;
+  ring_band_mask(r);
   const Id out = r.alloc(q_bytes(r));
   lse = r.alloc(lse_bytes(r));
   r.t.costs().attention_flops += attention_flops_forward(r);
@@ -71,6 +121,8 @@ Id sdpa_forward(Replay& r, bool keep_lse, Id& lse) {
   if (!keep_lse) {
     r.drop(lse);
     lse = Timeline::kNone;
+    r.drop(mask);
+    mask = Timeline::kNone;
   }
   return out;
 }
@@ -82,6 +134,7 @@ void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id&
   dv = r.alloc(kv_bytes(r));
   r.t.costs().attention_flops += 2.5 * attention_flops_forward(r);  // flash backward ~ 2.5x forward
   r.t.costs().attention_calls += attention_calls(r);
+  ring_band_mask(r);
   if (r.s.device == Device::Cpu) {
     const int64_t qs = q_split(r), kvs = kv_split(r);
     int64_t ws = r.s.cpu_threads * 2 * qs * kvs * kF32;
@@ -114,6 +167,7 @@ void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id&
   r.drop(a.v);
   r.drop(a.lse);
   r.drop(a.out);
+  r.drop(a.mask);
 }
 
 // model.attention_bias: q, k and v each add their bias into a new tensor (the add saves nothing);
@@ -171,13 +225,14 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
   a.core.q = rope_forward(r, q, q_bytes(r));
   a.core.k = rope_forward(r, k, kv_bytes(r));
   a.core.v = v;
-  Id lse = Timeline::kNone;
+  Id lse = Timeline::kNone, mask = Timeline::kNone;
   // Recomputed (recomputed_linear: the core and o_proj as one function saving q, k, v): the core
   // runs without autograd and nobody keeps its output. Otherwise the flash node saves out and
   // o_proj saves it too: out back to [s, b, heads*d] is a view (SDPA's output follows the query's
   // memory layout, [s, b, heads, d] here, on the CPU and in the CUDA kernels).
-  a.core.out = sdpa_forward(r, /*keep_lse=*/!r.core_recompute(), lse);
+  a.core.out = sdpa_forward(r, /*keep_lse=*/!r.core_recompute(), lse, mask);
   a.core.lse = lse;
+  a.core.mask = mask;
   if (!r.core_recompute()) {
     a.o_in = a.core.out;
     r.hold(a.o_in);
@@ -200,9 +255,10 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
   if (r.core_recompute()) {
     // The core again with autograd (out and lse saved), its output o_proj's input, then o_proj's
     // gradients and the core's backward.
-    Id lse = Timeline::kNone;
-    a.core.out = sdpa_forward(r, /*keep_lse=*/true, lse);
+    Id lse = Timeline::kNone, mask = Timeline::kNone;
+    a.core.out = sdpa_forward(r, /*keep_lse=*/true, lse, mask);
     a.core.lse = lse;
+    a.core.mask = mask;
     a.o_in = a.core.out;
     r.hold(a.o_in);
   }
@@ -245,8 +301,8 @@ Id attention_nograd(Replay& r, Id x) {
   }
   const Id qr = rope_forward(r, q, q_bytes(r));
   const Id kr = rope_forward(r, k, kv_bytes(r));
-  Id lse = Timeline::kNone;
-  const Id out = sdpa_forward(r, /*keep_lse=*/false, lse);
+  Id lse = Timeline::kNone, mask = Timeline::kNone;
+  const Id out = sdpa_forward(r, /*keep_lse=*/false, lse, mask);
   r.drop(qr);
   r.drop(kr);
   r.drop(v);

@@ -19,6 +19,7 @@ using namespace trainer::counting;  // Replay, Id, Timeline, CommKind, ...
 
 struct AttentionSaved {
   Id q = Timeline::kNone, k = Timeline::kNone, v = Timeline::kNone, out = Timeline::kNone, lse = Timeline::kNone;
+  Id mask = Timeline::kNone;  // a sliding window's [s, s] mask, where the mask path saves one
 };
 
 // --- attention block (attention.cpp) ------------------------------------------------------

@@ -20,7 +20,7 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp,
                         kernels.rms_norm);
-  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp, kernels.rope);
+  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp, kernels.rope, config.window_of(index));
   post_attention_norm_ = RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size,
                                  config.rms_norm_eps, tp, kernels.rms_norm);
   if (config.is_moe_layer(index))

@@ -258,18 +258,27 @@ MicroBatchModel model_micro_batch(const RankShape& shape) {
       shape.head_dim < 1 || shape.vocab < 1 || (shape.dtype_bytes != 2 && shape.dtype_bytes != 4))
     throw std::invalid_argument("model_micro_batch: invalid shape");
   MicroBatchModel m;
-  auto run = [&](auto&& f) {
-    Timeline t(shape.device == Device::Gpu ? 512 : 1);
-    Replay r(t, shape);
+  RankShape full = shape;  // the layers without a window, and everything outside the layers
+  full.window = 0;
+  auto run = [&](auto&& f, const RankShape& s) {
+    Timeline t(s.device == Device::Gpu ? 512 : 1);
+    Replay r(t, s);
     return f(r);
   };
-  m.pre_first = run([](Replay& r) { return pre(r, true, true); });
-  m.pre_other = run([](Replay& r) { return pre(r, false, false); });
-  m.dense = run([](Replay& r) { return layer<DenseLayer>(r, &dense_forward_inner, &dense_backward_inner, &dense_nograd); });
-  if (shape.experts > 0)
-    m.moe = run([](Replay& r) { return layer<MoeLayer>(r, &moe_forward_inner, &moe_backward_inner, &moe_nograd); });
-  m.head_last = run([](Replay& r) { return head(r, true); });
-  m.head_other = run([](Replay& r) { return head(r, false); });
+  const auto dense = [](Replay& r) {
+    return layer<DenseLayer>(r, &dense_forward_inner, &dense_backward_inner, &dense_nograd);
+  };
+  const auto moe = [](Replay& r) { return layer<MoeLayer>(r, &moe_forward_inner, &moe_backward_inner, &moe_nograd); };
+  m.pre_first = run([](Replay& r) { return pre(r, true, true); }, full);
+  m.pre_other = run([](Replay& r) { return pre(r, false, false); }, full);
+  m.dense = run(dense, full);
+  if (shape.experts > 0) m.moe = run(moe, full);
+  if (shape.window > 0) {
+    m.dense_window = run(dense, shape);
+    if (shape.experts > 0) m.moe_window = run(moe, shape);
+  }
+  m.head_last = run([](Replay& r) { return head(r, true); }, full);
+  m.head_other = run([](Replay& r) { return head(r, false); }, full);
   return m;
 }
 

@@ -20,8 +20,16 @@ struct MicroBatchModel {
   LayerSegments pre_other;   // rotary tables, the activation received from the previous stage
   LayerSegments dense;       // one dense decoder layer
   LayerSegments moe;         // one MoE decoder layer (empty without MoE)
+  // The same layers with the sliding window of RankShape::window (empty without one).
+  LayerSegments dense_window, moe_window;
   LayerSegments head_last;   // final norm, LM head, cross-entropy
   LayerSegments head_other;  // the send to the next stage, the gradient received back
+
+  // A layer's segments by its feed-forward (MoE or dense) and its attention (windowed or full).
+  const LayerSegments& layer(bool moe_layer, bool windowed) const {
+    if (windowed) return moe_layer ? moe_window : dense_window;
+    return moe_layer ? moe : dense;
+  }
 };
 
 // Throws std::invalid_argument on a shape without rows, heads or vocabulary, or a dtype other than

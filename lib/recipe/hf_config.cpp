@@ -23,14 +23,16 @@ using Problem = std::function<void(const std::string&)>;
 const char* const kModelFields[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                     "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
                                     "tie_word_embeddings", "max_position_embeddings", "initializer_range"};
-const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"};
+const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                                   "norm_topk_prob", "moe_intermediate_size"};
 
 // Keys read elsewhere in this file (RoPE, model type, the features checked below).
 const std::set<std::string> kReadKeys = {"model_type", "rope_theta", "rope_scaling", "rope_parameters",
                                          "partial_rotary_factor", "original_max_position_embeddings",
                                          "hidden_act", "attention_bias", "mlp_bias", "sliding_window",
                                          "use_sliding_window", "max_window_layers", "layer_types",
-                                         "attention_dropout", "router_jitter_noise"};
+                                         "attention_dropout", "router_jitter_noise", "num_experts",
+                                         "decoder_sparse_step", "mlp_only_layers"};
 
 // Keys of llama/mistral/mixtral configs that cannot change what is trained: token ids, storage
 // dtype, generation and output switches, bookkeeping. pretraining_tp only split the matmuls of
@@ -129,23 +131,28 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
   // Llama's attention_bias puts a bias on o_proj too; Qwen2 has q, k and v biases without the key.
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (hf.contains(bias) && hf[bias] == true) problem(fmt::format("{} true is not supported; expected false", bias));
-  // Qwen2 and Qwen3 keep sliding_window (and max_window_layers) in their configs while
-  // use_sliding_window is false; transformers then attends to the whole causal context.
-  const bool window_off = (model_type == "qwen2" || model_type == "qwen3") &&
-                          (!hf.contains("use_sliding_window") || hf["use_sliding_window"] == false);
-  if (!window_off && hf.contains("sliding_window") && !hf["sliding_window"].is_null())
-    problem(fmt::format("sliding_window {} is not supported; expected null (full causal attention)",
-                        describe_json(hf["sliding_window"])));
-  if (hf.contains("use_sliding_window") && hf["use_sliding_window"] == true)
-    problem("use_sliding_window true is not supported; expected false (full causal attention)");
-  if (hf.contains("layer_types")) {
+  // Sliding windows are read by read_window; other model types have no window in transformers.
+  const bool windows = model_type == "mistral" || model_type == "mixtral" || model_type == "qwen2" ||
+                       model_type == "qwen3" || model_type == "qwen3_moe";
+  if (!windows && hf.contains("sliding_window") && !hf["sliding_window"].is_null())
+    problem(fmt::format("sliding_window {} is not supported for model_type {}; expected null (transformers' {} has "
+                        "no sliding window)",
+                        describe_json(hf["sliding_window"]), model_type, model_type));
+  // Qwen2/Qwen3 name each layer's attention in layer_types; Mistral and Mixtral window every layer.
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
+  if (!qwen && hf.contains("use_sliding_window") && hf["use_sliding_window"] == true)
+    problem(fmt::format("use_sliding_window true is not supported for model_type {}; expected false (its "
+                        "sliding_window applies to every layer)",
+                        model_type));
+  if (!qwen && hf.contains("layer_types")) {
     const json& types = hf["layer_types"];
     const bool all_full = types.is_array() && std::all_of(types.begin(), types.end(), [](const json& t) {
       return t == "full_attention";
     });
     if (!all_full)
-      problem(fmt::format("layer_types {} is not supported; expected \"full_attention\" for every layer",
-                          describe_json(types)));
+      problem(fmt::format("layer_types {} is not supported for model_type {}; expected \"full_attention\" for every "
+                          "layer",
+                          describe_json(types), model_type));
   }
   for (const char* rate : {"attention_dropout", "router_jitter_noise"}) {
     if (!hf.contains(rate) || hf[rate].is_null()) continue;
@@ -153,6 +160,63 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
       problem(fmt::format("{} {} is not supported; expected 0 (trainer has no {})", rate, describe_json(hf[rate]),
                           std::string(rate) == "attention_dropout" ? "dropout" : "router noise"));
   }
+}
+
+// model.sliding_window and model.sliding_window_layers as transformers applies them. Mistral and
+// Mixtral: sliding_window on every layer. Qwen2 and Qwen3: only with use_sliding_window, in the
+// layers layer_types calls "sliding_attention" (written by transformers 5), or else in layers
+// max_window_layers (default 28) and above, as Qwen2Config computes layer_types.
+void read_window(const json& hf, const std::string& model_type, json& model, const Problem& problem) {
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
+  if (model_type != "mistral" && model_type != "mixtral" && !qwen) return;
+  json window = hf.value("sliding_window", json(nullptr));
+  if (qwen) {
+    // Qwen2Config: sliding_window if use_sliding_window else None (a null or missing flag is off).
+    const json use = hf.value("use_sliding_window", json(false));
+    if (!use.is_boolean() && !use.is_null()) {
+      problem(fmt::format("use_sliding_window {} is {}; expected true or false", describe_json(use),
+                          json_type_name(use)));
+      return;
+    }
+    if (use.is_null() || !use.get<bool>()) window = nullptr;
+  }
+  const json layer_count = hf.value("num_hidden_layers", json(0));
+  const int64_t layers = layer_count.is_number_integer() ? layer_count.get<int64_t>() : 0;
+  std::vector<int64_t> windowed;
+  if (qwen && hf.contains("layer_types") && !hf["layer_types"].is_null()) {
+    const json& types = hf["layer_types"];
+    if (!types.is_array() || (!window.is_null() && int64_t(types.size()) != layers)) {
+      problem(fmt::format("layer_types {} is not a list of num_hidden_layers={} entries", describe_json(types), layers));
+      return;
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] == "sliding_attention")
+        windowed.push_back(int64_t(i));
+      else if (types[i] != "full_attention")
+        problem(fmt::format("layer_types[{}] {} is not supported; expected \"full_attention\" or "
+                            "\"sliding_attention\"",
+                            i, describe_json(types[i])));
+    }
+    if (!windowed.empty() && window.is_null())
+      problem(fmt::format("layer_types has sliding_attention layers but no window (sliding_window {}, "
+                          "use_sliding_window {}); transformers would attend to the whole context there: set "
+                          "layer_types to full_attention or give the window",
+                          describe_json(hf.value("sliding_window", json(nullptr))),
+                          describe_json(hf.value("use_sliding_window", json(nullptr)))));
+    if (windowed.empty()) return;
+  } else if (qwen && !window.is_null()) {
+    const json first = hf.value("max_window_layers", json(28));
+    if (!first.is_number_integer()) {
+      problem(fmt::format("max_window_layers {} is {}; expected an integer", describe_json(first),
+                          json_type_name(first)));
+      return;
+    }
+    for (int64_t i = std::max<int64_t>(0, first.get<int64_t>()); i < layers; ++i) windowed.push_back(i);
+    if (windowed.empty()) return;  // every layer below max_window_layers: full attention
+  }
+  if (window.is_null()) return;
+  model["sliding_window"] = window;
+  if (qwen && int64_t(windowed.size()) != layers) model["sliding_window_layers"] = windowed;
 }
 
 }  // namespace
@@ -174,26 +238,61 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   const json& type_json = hf.contains("model_type") ? hf["model_type"] : json("llama");
   const std::string model_type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
   if (!type_json.is_string())
-    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral, qwen2 or qwen3", model_type,
+    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe", model_type,
                         json_type_name(type_json)));
   else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && model_type != "qwen2" &&
-           model_type != "qwen3")
-    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral, qwen2 or qwen3 "
-                        "(write the model section by hand for other architectures)", model_type));
+           model_type != "qwen3" && model_type != "qwen3_moe")
+    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral, qwen2, qwen3 or "
+                        "qwen3_moe (write the model section by hand for other architectures)", model_type));
   check_unsupported(hf, model_type, problem);
 
   json model = json::object();
   for (const char* name : kModelFields)
     if (hf.contains(name) && !hf[name].is_null()) model[name] = hf[name];
   read_rope(hf, model, problem);
+  read_window(hf, model_type, model, problem);
   if (model_type == "qwen2") model["attention_bias"] = true;  // q, k and v: Qwen2Attention's bias=True
   if (model_type == "qwen3") {
     model["qk_norm"] = true;  // Qwen3Attention's q_norm and k_norm
     // Qwen3Config's head_dim defaults to 128, not hidden_size / num_attention_heads.
     if (!hf.contains("head_dim") || hf["head_dim"].is_null()) model["head_dim"] = 128;
   }
-  const bool moe = model_type == "mixtral" || hf.contains("num_local_experts");
-  if (moe) {
+  if (model_type == "qwen3_moe") {
+    // Qwen3-MoE: Qwen3's attention (q/k norms; head_dim hidden / heads unless given, as
+    // Qwen3MoeAttention reads it), experts of moe_intermediate_size, dense layers of
+    // intermediate_size where mlp_only_layers or decoder_sparse_step say, top-k probabilities
+    // renormalised only with norm_topk_prob (default false).
+    model["qk_norm"] = true;
+    json moe_section = json::object();
+    // The Hub's configs say num_experts; transformers 5 saves it as num_local_experts.
+    moe_section["num_local_experts"] = hf.value("num_local_experts", hf.value("num_experts", json(128)));
+    moe_section["num_experts_per_tok"] = hf.value("num_experts_per_tok", json(8));
+    moe_section["moe_intermediate_size"] = hf.value("moe_intermediate_size", json(768));
+    moe_section["norm_topk_prob"] = hf.value("norm_topk_prob", json(false));
+    moe_section["router_aux_loss_coef"] = hf.value("router_aux_loss_coef", json(0.001));
+    const json step = hf.value("decoder_sparse_step", json(1));
+    const json only = hf.value("mlp_only_layers", json(nullptr));
+    const json layer_count = hf.value("num_hidden_layers", json(24));
+    const int64_t layers = layer_count.is_number_integer() ? layer_count.get<int64_t>() : 0;
+    if (!step.is_number_integer() || step.get<int64_t>() < 1)
+      problem(fmt::format("decoder_sparse_step {} is not supported; expected an integer >= 1", describe_json(step)));
+    else if (!only.is_null() && !only.is_array())
+      problem(fmt::format("mlp_only_layers {} is {}; expected a list of layer indices", describe_json(only),
+                          json_type_name(only)));
+    else {
+      // Qwen3MoeDecoderLayer: MoE where the layer is not in mlp_only_layers and
+      // (layer + 1) % decoder_sparse_step == 0.
+      json moe_layers = json::array();
+      for (int64_t l = 0; l < std::min(layers, kMaxHiddenLayers); ++l) {
+        bool dense = false;
+        if (only.is_array())
+          for (const json& d : only) dense = dense || (d.is_number_integer() && d.get<int64_t>() == l);
+        if (!dense && (l + 1) % step.get<int64_t>() == 0) moe_layers.push_back(l);
+      }
+      if (int64_t(moe_layers.size()) != layers) moe_section["layers"] = moe_layers;
+    }
+    model["moe"] = moe_section;
+  } else if (model_type == "mixtral" || hf.contains("num_local_experts")) {
     json moe_section = json::object();
     for (const char* name : kMoeFields)
       if (hf.contains(name)) moe_section[name] = hf[name];

@@ -139,6 +139,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q, k and v projections with a bias (Qwen2)
   bool qk_norm = false;         // per-head RMSNorm of queries and keys before RoPE (Qwen3)
+  // Sliding-window attention (Mistral, Qwen2): a query attends to itself and the window - 1 tokens
+  // before it, in the layers of sliding_window_layers (all layers when the recipe leaves it null).
+  std::optional<int64_t> sliding_window;
+  std::vector<int64_t> sliding_window_layers;
   // The embedding and LM head hold padded_vocab_size(tp) rows (Megatron's padding for GEMM shapes);
   // the rows past vocab_size are zeros outside the softmax, never in checkpoints or exports.
   int64_t make_vocab_size_divisible_by = 128;
@@ -151,6 +155,8 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
 
   bool is_moe_layer(int64_t layer) const;
+  // The attention window of `layer` in tokens (itself included), or 0 for full causal attention.
+  int64_t window_of(int64_t layer) const;
 
   // The keys of this section (field.h).
   template <class Table>
@@ -198,6 +204,15 @@ struct ModelConfig {
         "An RMSNorm over each query and key head (weights `q_norm` and `k_norm` of `head_dim`, "
         "shared by the heads) before the rotary embedding, as in Qwen3; its epsilon is "
         "`model.rms_norm_eps`.");
+    t.key("sliding_window", &ModelConfig::sliding_window, at_least(1),
+        "Sliding-window attention (Mistral, Qwen2 with `use_sliding_window`): each query attends "
+        "to itself and the `sliding_window - 1` tokens before it (transformers' rule), on the CPU "
+        "through a mask, on CUDA through the flash kernel's window; ring attention skips the key "
+        "blocks wholly outside the window. null: full causal attention.");
+    t.key("sliding_window_layers", &ModelConfig::sliding_window_layers, at_least(0).or_computed(),
+        "Indices (0-based) of the layers that use `model.sliding_window`; the others attend to "
+        "the whole causal context (Qwen2's `max_window_layers` k: layers k and above). null: all "
+        "layers.");
     t.key("make_vocab_size_divisible_by", &ModelConfig::make_vocab_size_divisible_by, at_least(1),
         "The embedding and LM head are padded to a multiple of this x `parallel.tp` rows "
         "(Megatron's padding; zero rows outside the softmax, never in checkpoints or exports). 1 "

@@ -29,6 +29,13 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return false;
 }
 
+int64_t ModelConfig::window_of(int64_t layer) const {
+  if (!sliding_window) return 0;
+  for (auto l : sliding_window_layers)
+    if (l == layer) return *sliding_window;
+  return 0;
+}
+
 namespace {
 
 // Reads the members of one section from the resolved document (every key present; field.h).
@@ -125,6 +132,8 @@ void fill_computed(const json& d, Recipe& r, std::vector<std::string>& problems)
     // must not allocate 8 GB of layer numbers first.
     for (int64_t l = 0; l < std::min(m.num_hidden_layers, kMaxHiddenLayers + 1); ++l) m.moe->layers.push_back(l);
   }
+  if (at(d, "model.sliding_window_layers").is_null())
+    for (int64_t l = 0; l < std::min(m.num_hidden_layers, kMaxHiddenLayers + 1); ++l) m.sliding_window_layers.push_back(l);
 }
 
 }  // namespace
@@ -144,6 +153,8 @@ json recipe_to_json(const Recipe& r) {
   // model.moe.layers stays null when every layer is MoE (as the recipe said, or left it out).
   if (r.model.moe && static_cast<int64_t>(r.model.moe->layers.size()) == r.model.num_hidden_layers)
     out["model"]["moe"]["layers"] = nullptr;
+  if (static_cast<int64_t>(r.model.sliding_window_layers.size()) == r.model.num_hidden_layers)
+    out["model"]["sliding_window_layers"] = nullptr;
   return out;
 }
 

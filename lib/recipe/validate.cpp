@@ -85,6 +85,19 @@ class Checker {
       add("model.intermediate_size={} is not divisible by parallel.tp={} (the MLP is split by columns); use tp "
           "in {}",
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
+    {
+      std::set<int64_t> seen;
+      for (auto layer : m.sliding_window_layers) {
+        if (layer >= m.num_hidden_layers)
+          add("model.sliding_window_layers contains {}, but the model has layers 0..{} (model.num_hidden_layers={})",
+              layer, m.num_hidden_layers - 1, m.num_hidden_layers);
+        if (!seen.insert(layer).second) add("model.sliding_window_layers lists layer {} twice", layer);
+      }
+      if (!m.sliding_window && int64_t(m.sliding_window_layers.size()) != m.num_hidden_layers)
+        add("model.sliding_window_layers lists {} layers, but model.sliding_window is null (no window); set the "
+            "window in tokens or remove the list",
+            m.sliding_window_layers.size());
+    }
     const int64_t chunks = p.pp * p.vpp;
     if (!p.pipeline_layout.empty()) {
       int64_t sum = 0;

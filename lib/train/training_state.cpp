@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "checkpoint/hf_export.h"
+#include "checkpoint/hf_names.h"
 #include "checkpoint/manifest_check.h"
 #include "checkpoint/shard_assignment.h"
 #include "core/error.h"
@@ -148,7 +149,10 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
 
 int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write) {
   std::map<std::string, at::Tensor> weights;
-  checkpoint::read_hf_weights(dir, [&](const std::string& name, const at::Tensor& t) { weights[name] = t; });
+  // Hugging Face names of another family (Qwen3-MoE's experts) as trainer's (checkpoint/hf_names.h).
+  const auto& config = model.options().config;
+  checkpoint::read_hf_weights(
+      dir, [&](const std::string& name, const at::Tensor& t) { weights[checkpoint::trainer_name(name, config)] = t; });
   at::NoGradGuard no_grad;
   int64_t count = 0;
   // Tensors the model has no parameter for mean another model (more layers, untied head, ...):

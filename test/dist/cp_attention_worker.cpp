@@ -2,9 +2,10 @@
 // or ulysses, DTYPE f32 or f64) with RANK, WORLD_SIZE (the cp size), MASTER_ADDR and MASTER_PORT in
 // the environment. Every rank draws the same whole-sequence q, k, v (grouped-query: more query
 // heads than key/value heads) and upstream gradient, runs causal attention on the whole sequence
-// as the reference, and runs its zigzag part through ring or Ulysses attention; the output and
+// (and sliding-window attention, windows from 1 token to the sequence less one) as the reference,
+// and runs its zigzag part through ring or Ulysses attention; the output and
 // the gradients of q, k and v must equal the reference's zigzag part. Prints the largest
-// differences relative to the largest reference value of each tensor; exit 0 when they are within
+// differences relative to the largest reference value of the four tensors; exit 0 when they are within
 // the tolerance (fp32 1e-6, fp64 1e-12).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -41,32 +42,50 @@ int main(int argc, char** argv) {
     const at::Tensor v = at::randn({batch, kv_heads, seq, dim}, generator, options);
     const at::Tensor grad = at::randn({batch, heads, seq, dim}, generator, options);
 
-    const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
-                     v_all = v.clone().requires_grad_(true);
-    const at::Tensor full =
-        at::scaled_dot_product_attention(q_all, k_all, v_all, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
-    full.backward(grad);
-
-    auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(x, 2, n, r).contiguous(); };
-    const at::Tensor q_part = part(q).requires_grad_(true), k_part = part(k).requires_grad_(true),
-                     v_part = part(v).requires_grad_(true);
-    const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp)
-                                : parallel::ulysses_attention(q_part, k_part, v_part, cp);
-    out.backward(part(grad));
-
+    // Full causal attention (window 0), and sliding windows inside one chunk of 3 tokens, across
+    // one or two chunk boundaries, and one token short of the sequence.
     const double tolerance = f64 ? 1e-12 : 1e-6;
     double worst = 0;
     std::string report;
-    for (const auto& [name, actual, expected] :
-         std::vector<std::tuple<std::string, at::Tensor, at::Tensor>>{{"out", out, part(full.detach())},
-                                                                      {"dq", q_part.grad(), part(q_all.grad())},
-                                                                      {"dk", k_part.grad(), part(k_all.grad())},
-                                                                      {"dv", v_part.grad(), part(v_all.grad())}}) {
-      if (!actual.defined() || !actual.sizes().equals(expected.sizes()))
-        throw std::runtime_error(name + ": missing or of the wrong shape");
-      const double difference = (actual - expected).abs().max().item<double>() / expected.abs().max().item<double>();
-      worst = std::max(worst, difference);
-      report += fmt::format(" {} {:.3g}", name, difference);
+    for (const int64_t window : {int64_t(0), int64_t(1), int64_t(2), int64_t(4), int64_t(7), seq - 1}) {
+      const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
+                       v_all = v.clone().requires_grad_(true);
+      at::Tensor full;
+      if (window == 0) {
+        full = at::scaled_dot_product_attention(q_all, k_all, v_all, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
+      } else {
+        // Query i attends key j when 0 <= i - j < window (transformers' sliding window).
+        const at::Tensor i = at::arange(seq).unsqueeze(1), j = at::arange(seq).unsqueeze(0);
+        const at::Tensor allowed = (i - j).ge(0).logical_and((i - j).lt(window));
+        full = at::scaled_dot_product_attention(q_all, k_all, v_all, allowed, 0.0, false, std::nullopt,
+                                                /*enable_gqa=*/true);
+      }
+      full.backward(grad);
+
+      auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(x, 2, n, r).contiguous(); };
+      const at::Tensor q_part = part(q).requires_grad_(true), k_part = part(k).requires_grad_(true),
+                       v_part = part(v).requires_grad_(true);
+      const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp, window)
+                                  : parallel::ulysses_attention(q_part, k_part, v_part, cp, window);
+      out.backward(part(grad));
+
+      report += fmt::format(" window {}:", window);
+      const std::vector<std::tuple<std::string, at::Tensor, at::Tensor>> compared = {
+          {"out", out, part(full.detach())},
+          {"dq", q_part.grad(), part(q_all.grad())},
+          {"dk", k_part.grad(), part(k_all.grad())},
+          {"dv", v_part.grad(), part(v_all.grad())}};
+      // The scale: the largest reference value of the four tensors (with a window of one token dq
+      // and dk are zero up to rounding, so their own largest value is rounding noise).
+      double scale = 0;
+      for (const auto& [name, actual, expected] : compared) scale = std::max(scale, expected.abs().max().item<double>());
+      for (const auto& [name, actual, expected] : compared) {
+        if (!actual.defined() || !actual.sizes().equals(expected.sizes()))
+          throw std::runtime_error(name + ": missing or of the wrong shape");
+        const double difference = (actual - expected).abs().max().item<double>() / scale;
+        worst = std::max(worst, difference);
+        report += fmt::format(" {} {:.3g}", name, difference);
+      }
     }
     std::printf("rank %lld: %s cp %lld %s, largest relative differences:%s\n", (long long)r, argv[1], (long long)n, argv[2],
                 report.c_str());

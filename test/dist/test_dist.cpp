@@ -346,7 +346,7 @@ TEST_CASE("dist: expert-parallel dispatch and combine equal the whole MoE layer 
   }
 }
 
-TEST_CASE("dist: ring and Ulysses attention equal whole-sequence causal attention at cp 2 3 and 4 with GQA", "[dist][cp]") {
+TEST_CASE("dist: ring and Ulysses attention equal whole-sequence causal and sliding-window attention at cp 2 3 and 4 with GQA", "[dist][cp]") {
   const std::string worker = std::string(TRAINER_BINARY_DIR) + "/cp_attention_worker";
   for (const std::string method : {"ring", "ulysses"})
     for (const int cp : {2, 3, 4})
@@ -413,12 +413,14 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   }
 }
 
-TEST_CASE("dist: context parallelism with ring and Ulysses reproduces the single-process loss curve", "[dist][cp]") {
+TEST_CASE("dist: context parallelism with ring and Ulysses reproduces the single-process loss curve - sliding windows too",
+          "[dist][cp]") {
   TempDir dir;
   struct Case {
     std::string name;
     int nproc;
     std::string parallel;  // --set options of the parallel run
+    std::string model = "";  // --set options of both runs
   };
   auto cp = [](int size, const std::string& method) {
     return " --set parallel.cp=" + std::to_string(size) + " --set parallel.cp_method=" + method;
@@ -427,19 +429,23 @@ TEST_CASE("dist: context parallelism with ring and Ulysses reproduces the single
   // tiny-llama: 4 query and 2 key/value heads (Ulysses at cp 4 and at tp 2 x cp 2 repeats the kv
   // heads); 64 tokens: chunks of 16 at cp 2, 8 at cp 4. (cp 2 ring with tp sp, with dp ZeRO-1 and
   // with pp runs in the 5-D test's meshes.)
+  // A sliding window of 20 tokens in layer 0 (layer 1 attends to everything): across chunk
+  // boundaries at cp 2, and at cp 4 with block pairs wholly outside it (skipped).
+  const std::string window = " --set model.sliding_window=20 --set 'model.sliding_window_layers=[0]'";
   const std::vector<Case> cases = {
       {"cp2 ring", 2, cp(2, "ring")},
+      {"cp2 ring sliding window", 2, cp(2, "ring"), window},
       {"cp2 ulysses", 2, cp(2, "ulysses")},
-      {"cp2 ulysses tp2 sp", 4, cp(2, "ulysses") + tp_sp},
+      {"cp2 ulysses tp2 sp sliding window", 4, cp(2, "ulysses") + tp_sp, window},
       {"cp2 ring selective recompute", 2, cp(2, "ring") + " --set training.recompute=selective"},
       // cp 4 with the other dimensions: 8 ranks (chunks of 8 tokens, 4 per tp rank under sp).
-      {"cp4 ring tp2 sp", 8, cp(4, "ring") + tp_sp},
+      {"cp4 ring tp2 sp sliding window", 8, cp(4, "ring") + tp_sp, window},
       {"cp4 ulysses dp2 zero1", 8, cp(4, "ulysses") + " --set parallel.zero=1"},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
-    const auto [worst, curve] =
-        compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTiny, c.nproc, c.parallel, "", references);
+    const auto [worst, curve] = compare_with_single(dir.path(), c.name, trainer_binary() + " run " + kTiny, c.nproc,
+                                                    c.parallel, c.model, references);
     CHECK(worst < 1e-5);
   }
 }
@@ -475,6 +481,8 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
     std::string parallel;  // --set options of the parallel run
     std::string model;     // --set options of both runs
   };
+  const std::string kQwen3Moe =
+      " --set model.qk_norm=true --set model.moe.norm_topk_prob=false --set 'model.moe.layers=[1,2,3]'";
   // tiny-moe: 4 experts, top-2, 4 layers here; the MoE loss per micro-batch as in one process.
   // (ep 2 x edp 2 with ZeRO-1 runs in the 5-D test and in ZeRO-2's "ep2 edp2 moe".)
   const std::vector<Case> cases = {
@@ -492,7 +500,8 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       // its part of the sequence; statistics and the capacity rule span the tp group.
       {"tp2 sp ep2 shared expert", 2, kTpSp + " --set parallel.ep=2", " --set model.moe.num_shared_experts=1"},
       {"tp2 sp ep2 capacity 1.0", 2, kTpSp + " --set parallel.ep=2", " --set model.moe.capacity_factor=1.0"},
-      {"tp2 sp dp2 ep4 zero1", 4, kTpSp + " --set parallel.ep=4 --set parallel.zero=1", ""},
+      // Qwen3-MoE: q/k norms, top-2 weights not renormalised, layer 0 dense.
+      {"tp2 sp dp2 ep4 zero1 qwen3-moe", 4, kTpSp + " --set parallel.ep=4 --set parallel.zero=1", kQwen3Moe},
       // Context parallelism: the zigzag halves of each sequence route on two ranks.
       {"cp2 ring ep2 capacity 1.0", 2, " --set parallel.cp=2 --set parallel.ep=2", " --set model.moe.capacity_factor=1.0"},
       // DeepSeek-V3 routing: sigmoid scores, 8 experts in 4 groups of which 2 per token, scaled weights.
@@ -510,7 +519,7 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       {"tp2 sp etp2", 2, " --set parallel.tp=2 --set parallel.sequence_parallel=true", ""},
       {"tp2 sp etp2 ep2 shared expert", 4, " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=2",
        " --set model.moe.num_shared_experts=1"},
-      {"dp4 etp2 ep2 zero1", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", ""},
+      {"dp4 etp2 ep2 zero1 qwen3-moe", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", kQwen3Moe},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
@@ -868,8 +877,14 @@ TEST_CASE("dist: a DP=2 job under srun on a one-node Slurm cluster matches the s
   CHECK(max_relative_difference(a, b) < 1e-5);
 }
 
-TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process loss curve - MoE tp2 sp x pp2 x cp2 x ep2 - dense tp pp dp cp - and the 5-D checkpoint resumes on other meshes", "[dist][mesh5d]") {
+TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process loss curve - Qwen3-MoE tp2 sp x pp2 x cp2 x ep2 - windowed Qwen3 tp pp dp cp - and the 5-D checkpoint resumes on other meshes", "[dist][mesh5d]") {
   TempDir dir;
+  // The families' features ride along: the MoE model is Qwen3-MoE-shaped (q/k norms, top-2 weights
+  // not renormalised, layer 0 of 2 dense), the dense one Qwen3-shaped with a sliding window of 20
+  // tokens (chunks of 16 under cp 2).
+  const std::string moe_recipe = kTinyMoe + " --set model.qk_norm=true --set model.moe.norm_topk_prob=false --set "
+                                            "'model.moe.layers=[1]'";
+  const std::string dense_recipe = kTiny + " --set model.qk_norm=true --set model.sliding_window=20";
   const std::string five = " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2"
                            " --set parallel.cp=2 --set parallel.ep=2 --set parallel.etp=1";  // experts: etp 1 x ep 2 x edp 2
   const std::string ck = dir.path() + "/ck";
@@ -879,15 +894,15 @@ TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process los
   };
   const std::vector<Case> cases = {
       // The first also writes the checkpoint the resumes below start from.
-      {"moe 5-D 1f1b", kTinyMoe, five + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10"},
-      {"moe 5-D interleaved", kTinyMoe, five + " --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b"},
-      {"moe 5-D ulysses zero1", kTinyMoe, five + " --set parallel.cp_method=ulysses --set parallel.zero=1"},
-      {"moe 5-D zero_bubble zero3", kTinyMoe, five + " --set parallel.pipeline_schedule=zero_bubble --set parallel.zero=3"},
-      {"dense tp2 sp x pp2 x dp2 zero1", kTiny,
+      {"moe 5-D 1f1b", moe_recipe, five + " --set checkpoint.dir=" + ck + " --set checkpoint.interval=10"},
+      {"moe 5-D interleaved", moe_recipe, five + " --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b"},
+      {"moe 5-D ulysses zero1", moe_recipe, five + " --set parallel.cp_method=ulysses --set parallel.zero=1"},
+      {"moe 5-D zero_bubble zero3", moe_recipe, five + " --set parallel.pipeline_schedule=zero_bubble --set parallel.zero=3"},
+      {"dense tp2 sp x pp2 x dp2 zero1", dense_recipe,
        " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2 --set parallel.zero=1"},
-      {"dense tp2 sp x cp2 x dp2 zero1", kTiny,
+      {"dense tp2 sp x cp2 x dp2 zero1", dense_recipe,
        " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.cp=2 --set parallel.zero=1"},
-      {"dense pp2 interleaved x cp2 x dp2 zero1", kTiny,
+      {"dense pp2 interleaved x cp2 x dp2 zero1", dense_recipe,
        " --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pipeline_schedule=interleaved_1f1b --set parallel.cp=2"
        " --set parallel.zero=1"},
   };
@@ -913,11 +928,11 @@ TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process los
   // The 5-D MoE checkpoint of step 10 on two other meshes: pp 2 x cp 2 x dp 2 with ep 4 (no tp), and
   // one process. (The micro-batches stay those of 4 sequences: the load-balancing loss is per
   // micro-batch, so another micro-batch size would train another objective.)
-  const auto& reference = references[kTinyMoe];
+  const auto& reference = references[moe_recipe];
   for (const auto& [nproc, mesh] : std::vector<std::pair<int, std::string>>{
            {8, " --set parallel.pp=2 --set parallel.cp=2 --set parallel.ep=4"}, {1, ""}}) {
     const std::string file = dir.path() + "/resumed-" + std::to_string(nproc) + ".jsonl";
-    const auto r = bash(trainer_binary() + " run " + kTinyMoe + " --nproc-per-node " + std::to_string(nproc) + mesh +
+    const auto r = bash(trainer_binary() + " run " + moe_recipe + " --nproc-per-node " + std::to_string(nproc) + mesh +
                         " --set checkpoint.resume=" + ck + "/step-00000010" + common_sets(file));
     INFO("resumed on " << nproc << mesh << "\n" << r.out << r.err);
     REQUIRE(r.exit_code == 0);

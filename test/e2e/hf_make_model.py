@@ -3,12 +3,15 @@ for the test that trainer reads what transformers writes (test_hf.cpp).
 usage: hf_make_model.py OUT_DIR VARIANT
   VARIANT theta:   Llama, rope_theta 50000, tied embeddings
           llama3:  Llama, rope_theta 500000 with llama3 scaling (factor 8, original context 32)
-          mistral: Mistral, rope_theta 1e6, no sliding window
+          mistral: Mistral, rope_theta 1e6, sliding window 7 (shorter than the test's 48 tokens)
           mixtral: Mixtral, 4 experts, top-2
           qwen2:   Qwen2, q/k/v biases (drawn at random: transformers initialises them to zero),
-                   rope_theta 1e6, tied embeddings, sliding window off
+                   rope_theta 1e6, tied embeddings, sliding window 5 in layer 1 only
+                   (use_sliding_window with max_window_layers 1)
           qwen3:   Qwen3, per-head q/k norms (weights drawn at random around 1), head_dim 16 (not
                    hidden / heads = 12), untied, sliding window off
+          qwen3_moe: Qwen3-MoE, q/k norms, head_dim 16, 5 experts of width 40, top-3 without
+                   renormalisation (norm_topk_prob false), layer 0 dense (mlp_only_layers)
   Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12 (qwen3: 16).
 Writes OUT_DIR/new (as transformers 5 saves it: rope_parameters) and OUT_DIR/old (the same weights,
 the config rewritten in transformers 4's layout: top-level rope_theta and rope_scaling)."""
@@ -32,13 +35,20 @@ elif variant == "llama3":
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 32})
 elif variant == "mistral":
-    config = transformers.MistralConfig(**common, rope_theta=1e6, sliding_window=None)
+    config = transformers.MistralConfig(**common, rope_theta=1e6, sliding_window=7)
 elif variant == "qwen2":
     common["tie_word_embeddings"] = True
-    config = transformers.Qwen2Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
+    config = transformers.Qwen2Config(**common, rope_theta=1e6, use_sliding_window=True, sliding_window=5,
+                                      max_window_layers=1)
+    assert config.layer_types == ["full_attention", "sliding_attention"], config.layer_types
 elif variant == "qwen3":
     common["head_dim"] = 16
     config = transformers.Qwen3Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
+elif variant == "qwen3_moe":
+    common["head_dim"] = 16
+    config = transformers.Qwen3MoeConfig(**common, rope_theta=1e6, num_experts=5, num_experts_per_tok=3,
+                                         moe_intermediate_size=40, norm_topk_prob=False, mlp_only_layers=[0],
+                                         decoder_sparse_step=1)
 elif variant == "mixtral":
     config = transformers.MixtralConfig(**common, rope_theta=20000.0, num_local_experts=4, num_experts_per_tok=2)
 else:

@@ -114,6 +114,13 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
       // Qwen3's per-head q/k norms, head_dim not hidden / heads.
       {"model.qk_norm=true", "model.head_dim=24"},
       {"model.qk_norm=true", "training.dtype=bf16", "training.recompute=full"},
+      // Sliding windows (the CPU saves an [s, s] mask per windowed layer): layers 0 and 2; and a
+      // long sequence where the masks weigh, with the core recomputed.
+      {"model.sliding_window=40", "model.sliding_window_layers=[0,2]"},
+      {"model.sliding_window=100", "training.seq_len=512", "model.max_position_embeddings=512",
+       "training.micro_batch_size=1", "training.global_batch_size=1", "training.recompute=selective"},
+      {"model.sliding_window=100", "training.seq_len=512", "model.max_position_embeddings=512",
+       "training.micro_batch_size=1", "training.global_batch_size=1"},
   });
 }
 
@@ -251,6 +258,10 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (context par
                       "training.global_batch_size=2"},
                      {"parallel.cp=2", "parallel.cp_method=ulysses", "training.seq_len=1024", "model.max_position_embeddings=1024",
                       "training.micro_batch_size=1", "training.global_batch_size=2", "training.recompute=selective"},
+                     // Sliding windows: ring skips the block pairs outside it; Ulysses masks the whole sequence.
+                     {"parallel.cp=2", "model.sliding_window=40"},
+                     {"parallel.cp=2", "parallel.cp_method=ulysses", "model.sliding_window=300", "training.seq_len=1024",
+                      "model.max_position_embeddings=1024", "training.micro_batch_size=1", "training.global_batch_size=2"},
                  },
                  2);
 }

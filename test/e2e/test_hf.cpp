@@ -93,9 +93,10 @@ TEST_CASE("hf: exported Llama weights give trainer's logits in transformers - in
                     R"("high_freq_factor": 4, "original_max_position_embeddings": 32})"});
 }
 
-TEST_CASE("hf: exported Mixtral-style MoE weights give trainer's logits in transformers", "[hf]") {
+TEST_CASE("hf: exported Mixtral-style MoE weights with a sliding window give trainer's logits in transformers", "[hf]") {
   install_transformers();
-  check_round_trip(source_dir() + "/recipes/tiny-moe.json", {"model.num_hidden_layers=2"});
+  // With a sliding window shorter than the sequence: exported as Mixtral's sliding_window.
+  check_round_trip(source_dir() + "/recipes/tiny-moe.json", {"model.num_hidden_layers=2", "model.sliding_window=9"});
 }
 
 namespace {
@@ -156,22 +157,25 @@ TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling in both con
   check_transformers_model("llama3");
 }
 
-TEST_CASE("hf: a Mistral and a Mixtral made by transformers in both config layouts", "[hf]") {
+TEST_CASE("hf: a Mistral (sliding window 7 of 48 tokens) and a Mixtral made by transformers in both config layouts",
+          "[hf]") {
   install_transformers();
   check_transformers_model("mistral");
   check_transformers_model("mixtral");
 }
 
-TEST_CASE("hf: a Qwen2 made by transformers (q/k/v biases - tied embeddings - sliding window off) in both config layouts",
-          "[hf]") {
+TEST_CASE("hf: a Qwen2 made by transformers (q/k/v biases - tied embeddings - a window in layer 1 only) in both config "
+          "layouts", "[hf]") {
   install_transformers();
   check_transformers_model("qwen2");
 }
 
-TEST_CASE("hf: exported weights with q/k/v biases load as transformers' Qwen2 with trainer's logits", "[hf]") {
+TEST_CASE("hf: exported weights with q/k/v biases and a window in layer 1 load as transformers' Qwen2 with trainer's logits",
+          "[hf]") {
   install_transformers();
   check_round_trip(source_dir() + "/recipes/tiny-llama.json",
-                   {"model.num_hidden_layers=2", "model.attention_bias=true", "model.tie_word_embeddings=true"});
+                   {"model.num_hidden_layers=2", "model.attention_bias=true", "model.tie_word_embeddings=true",
+                    "model.sliding_window=6", "model.sliding_window_layers=[1]"});
 }
 
 TEST_CASE("hf: a Qwen3 made by transformers (q/k norms - head_dim 16 not hidden/heads) in both config layouts",
@@ -184,6 +188,19 @@ TEST_CASE("hf: exported weights with q/k norms load as transformers' Qwen3 with 
   install_transformers();
   check_round_trip(source_dir() + "/recipes/tiny-llama.json",
                    {"model.num_hidden_layers=2", "model.qk_norm=true", "model.head_dim=24"});
+}
+
+TEST_CASE("hf: a Qwen3-MoE made by transformers (q/k norms - unnormalised top-3 of 5 experts - a dense first layer) in "
+          "both config layouts", "[hf]") {
+  install_transformers();
+  check_transformers_model("qwen3_moe");
+}
+
+TEST_CASE("hf: exported MoE weights with q/k norms load as transformers' Qwen3-MoE with trainer's logits", "[hf]") {
+  install_transformers();
+  check_round_trip(source_dir() + "/recipes/tiny-moe.json",
+                   {"model.num_hidden_layers=2", "model.qk_norm=true", "model.moe.norm_topk_prob=false",
+                    "model.moe.layers=[1]"});
 }
 
 TEST_CASE("hf: a bf16 run from init_from keeps those weights - its fp32 master weights follow them", "[hf]") {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <tuple>
 
@@ -73,6 +75,74 @@ BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tenso
     std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, causal);
   }
+  return {dq, sum_groups(dk, k.size(1)), sum_groups(dv, v.size(1))};
+}
+
+int64_t band_rows(Band band, int64_t Lq, int64_t Lk) {
+  if (band.offset < 0 || band.window < 1)
+    throw std::logic_error(fmt::format("attention band with offset {} and window {}: expected keys not in the future "
+                                       "and a window of at least one token",
+                                       band.offset, band.window));
+  // Row i attends keys [i + offset - window + 1, i + offset]: some of [0, Lk) while the first is < Lk.
+  return std::clamp<int64_t>(Lk - 1 - band.offset + band.window, 0, Lq);
+}
+
+at::Tensor band_mask(Band band, int64_t Lq, int64_t Lk, const at::TensorOptions& options) {
+  // Broadcast comparisons: two boolean [Lq, Lk] temporaries besides the mask (the estimator's
+  // replay counts them, attention_replay.cpp).
+  const auto index = at::TensorOptions().dtype(at::kLong).device(options.device());
+  const at::Tensor query = at::arange(Lq, index).unsqueeze(1) + band.offset;  // positions relative to the first key
+  const at::Tensor key = at::arange(Lk, index).unsqueeze(0);
+  const at::Tensor outside = key.gt(query).logical_or_(key.le(query - band.window));
+  return at::zeros({Lq, Lk}, options).masked_fill_(outside, -std::numeric_limits<double>::infinity());
+}
+
+namespace {
+
+// The flash kernel's window for the band on an Lq x Lk block: it lets query i attend keys
+// [i + Lk - Lq - left, i + Lk - Lq + right] (bottom-right aligned), which is the band's
+// [i + offset - window + 1, i + offset] for these (both >= 0 when Lq = band_rows).
+std::pair<int64_t, int64_t> flash_window(Band band, int64_t Lq, int64_t Lk) {
+  const int64_t shift = Lk - Lq;
+  const int64_t left = shift - band.offset + band.window - 1, right = band.offset - shift;
+  return {left >= Lk ? -1 : left, right >= Lk ? -1 : right};
+}
+
+}  // namespace
+
+BlockAttention attend_band(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Band band) {
+  check_inputs(q);
+  const int64_t heads = q.size(1), Lq = q.size(2), Lk = k.size(2);
+  if (q.is_cuda()) {
+    // [B, L, h, d] views for the kernel, which takes grouped-query key/value heads as they are.
+    const auto [left, right] = flash_window(band, Lq, Lk);
+    const auto r = at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), std::nullopt,
+                                                std::nullopt, Lq, Lk, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                /*return_debug_mask=*/false, std::nullopt, left, right);
+    return {std::get<0>(r).transpose(1, 2), std::get<1>(r)};
+  }
+  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
+      q, expand_heads(k, heads), expand_heads(v, heads), /*dropout_p=*/0.0, /*is_causal=*/false,
+      band_mask(band, Lq, Lk, q.options()).view({1, 1, Lq, Lk}));
+  return {out, lse};
+}
+
+BlockGradients attend_band_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, Band band) {
+  check_inputs(q);
+  const int64_t heads = q.size(1), Lq = q.size(2), Lk = k.size(2);
+  if (q.is_cuda()) {
+    const auto [left, right] = flash_window(band, Lq, Lk);
+    const at::Tensor none, unused = at::empty({}, at::TensorOptions().dtype(at::kLong));
+    auto [dq, dk, dv] = at::_flash_attention_backward(
+        grad_out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2),
+        lse.contiguous(), none, none, Lq, Lk, /*dropout_p=*/0.0, /*is_causal=*/false, unused, unused, std::nullopt,
+        left, right);
+    return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
+  }
+  auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+      grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, /*is_causal=*/false,
+      band_mask(band, Lq, Lk, q.options()).view({1, 1, Lq, Lk}));
   return {dq, sum_groups(dk, k.size(1)), sum_groups(dv, v.size(1))};
 }
 

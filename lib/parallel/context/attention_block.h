@@ -30,6 +30,28 @@ struct BlockGradients {
 BlockGradients attend_block_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, bool causal);
 
+// A sliding window over one block (ring attention, model.sliding_window): query i of the block
+// attends key j when 0 <= i + offset - j < window, where offset is the position of the block's
+// first query minus that of its first key (>= 0: the block's keys are not in the queries' future).
+struct Band {
+  int64_t offset = 0;
+  int64_t window = 1;
+};
+
+// How many leading query rows of an Lq x Lk block attend at least one key of the band (the rows
+// after them attend none): 0 when the block is wholly outside the window and is skipped.
+int64_t band_rows(Band band, int64_t Lq, int64_t Lk);
+
+// attend_block and its backward for the band: q holds only the band_rows(band, ...) leading rows.
+// On the CPU the band is an additive mask; on CUDA the flash kernel's window arguments.
+BlockAttention attend_band(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Band band);
+BlockGradients attend_band_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, Band band);
+
+// The additive mask of a band on an Lq x Lk block (0 where a query attends a key, -inf elsewhere),
+// [Lq, Lk] in `options`' dtype and device.
+at::Tensor band_mask(Band band, int64_t Lq, int64_t Lk, const at::TensorOptions& options);
+
 // Adds a block's result into running (out, lse) accumulators (fp32 or fp64) for the same rows:
 // out = out * e^(lse - new) + part * e^(part_lse - new), new = log(e^lse + e^part_lse).
 void merge_block(at::Tensor& out, at::Tensor& lse, const BlockAttention& part);

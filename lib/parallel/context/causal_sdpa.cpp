@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "parallel/context/attention_block.h"
+
 namespace trainer::parallel {
 
 namespace {
@@ -34,7 +36,32 @@ at::Tensor grad_in_layout_of(const at::Tensor& x) {
   return GradInLayout::apply(x);
 }
 
-at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+namespace {
+
+// Sliding-window causal attention over the whole sequence: on CUDA the flash kernel with its window
+// (bf16 or fp16, head size a multiple of 8 up to 256; grouped-query heads as they are), else
+// ATen's attention with the band as an additive [s, s] mask, which autograd saves with the inputs.
+at::Tensor windowed_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t s = q.size(2), d = q.size(3);
+  const bool flash = q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
+                     d % 8 == 0 && d <= 256;
+  if (flash) {
+    // Query i attends keys [i - (window - 1), i]: left window - 1, right 0 (causal).
+    const auto r = at::_flash_attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), std::nullopt,
+                                                std::nullopt, s, s, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                /*return_debug_mask=*/false, std::nullopt, window - 1, 0);
+    return grad_in_layout_of(std::get<0>(r).transpose(1, 2));
+  }
+  const at::Tensor out = at::scaled_dot_product_attention(q, k, v, band_mask({0, window}, s, s, q.options()),
+                                                          /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                          /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+  return out.is_cuda() ? grad_in_layout_of(out) : out;
+}
+
+}  // namespace
+
+at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  if (window > 0 && window < q.size(2)) return windowed_sdpa(q, k, v, window);
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,
                                                           /*enable_gqa=*/q.size(1) != k.size(1));

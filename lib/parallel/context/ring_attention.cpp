@@ -4,7 +4,9 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <limits>
 #include <optional>
+#include <vector>
 
 #include "parallel/context/attention_block.h"
 #include "parallel/context/causal_sdpa.h"
@@ -46,19 +48,54 @@ Part part_of(int64_t step, int64_t rank, int64_t n) {
 
 at::ScalarType accumulation_type(const at::Tensor& q) { return at::promote_types(q.scalar_type(), at::kFloat); }
 
+// With a sliding window: the pairs (this rank's query chunk, the block's key chunk) of step i that
+// attend anything, each with its band and the number of leading query rows that attend a key. The
+// zigzag chunks of rank x are x and 2n-1-x; blocks wholly outside the window are left out.
+struct BandPair {
+  int64_t query_chunk, key_chunk;  // 0 or 1: which of the two local chunks
+  Band band;
+  int64_t rows;
+};
+
+std::vector<BandPair> band_pairs(int64_t step, int64_t rank, int64_t n, int64_t c, int64_t window) {
+  const int64_t source = (rank - step + n) % n;
+  const int64_t query_chunks[] = {rank, 2 * n - 1 - rank}, key_chunks[] = {source, 2 * n - 1 - source};
+  std::vector<BandPair> pairs;
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 2; ++b) {
+      const int64_t offset = (query_chunks[a] - key_chunks[b]) * c;
+      if (offset < 0) continue;  // keys in the queries' future
+      const Band band{offset, window};
+      const int64_t rows = band_rows(band, c, c);
+      if (rows > 0) pairs.push_back({a, b, band, rows});
+    }
+  return pairs;
+}
+
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            c10::intrusive_ptr<GroupHandle> group) {
+                            c10::intrusive_ptr<GroupHandle> group, int64_t window) {
     comm::Communicator& cp = *group->group;
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const at::Tensor query_second = q.narrow(2, c, c);
     at::Tensor kv = at::stack({k, v});  // [2, B, kv, 2c, d]: one message per step
     at::Tensor out, lse;
+    if (window > 0) {  // rows merge into zeros with a log-sum-exp of -inf
+      out = at::zeros(q.sizes(), q.options().dtype(accumulation_type(q)));
+      lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<double>::infinity(), out.options());
+    }
     for (int64_t step = 0; step < n; ++step) {
       std::optional<RingExchange> next;
       if (step + 1 < n) next.emplace(cp, kv, step);  // the next block travels while this one is attended
       const Part part = part_of(step, r, n);
-      if (part == Part::Diagonal) {
+      if (window > 0) {
+        for (const BandPair& p : band_pairs(step, r, n, c, window)) {
+          at::Tensor out_rows = out.narrow(2, p.query_chunk * c, p.rows), lse_rows = lse.narrow(2, p.query_chunk * c, p.rows);
+          merge_block(out_rows, lse_rows,
+                      attend_band(q.narrow(2, p.query_chunk * c, p.rows), kv[0].narrow(2, p.key_chunk * c, c),
+                                  kv[1].narrow(2, p.key_chunk * c, c), p.band));
+        }
+      } else if (part == Part::Diagonal) {
         BlockAttention local = attend_block(q, kv[0], kv[1], /*causal=*/true);
         out = local.out.to(accumulation_type(q));
         lse = local.lse.to(accumulation_type(q));
@@ -73,6 +110,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const at::Tensor result = out.to(q.scalar_type());
     ctx->save_for_backward({q, k, v, result, lse});
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
+    ctx->saved_data["window"] = window;
     return result;
   }
 
@@ -82,6 +120,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse_acc = saved[4];
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
+    const int64_t window = ctx->saved_data["window"].toInt();
     const at::Tensor grad_out = grads[0].contiguous();
     // The kernel takes the log-sum-exp in the dtype it produces.
     const at::Tensor lse = lse_acc.to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
@@ -94,7 +133,17 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       if (step + 1 < n) next.emplace(cp, kv, step);
       at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulation_type(q)));
       const Part part = part_of(step, r, n);
-      if (part == Part::Diagonal || part == Part::FirstKeyChunk) {
+      if (window > 0) {
+        for (const BandPair& p : band_pairs(step, r, n, c, window)) {
+          const auto rows = [&](const at::Tensor& t) { return t.narrow(2, p.query_chunk * c, p.rows); };
+          const auto keys = [&](const at::Tensor& t) { return t.narrow(2, p.key_chunk * c, c); };
+          const BlockGradients g = attend_band_backward(rows(grad_out), rows(q), keys(kv[0]), keys(kv[1]), rows(out),
+                                                        rows(lse), p.band);
+          rows(dq).add_(g.dq);
+          keys(dkv[0]).add_(g.dk);
+          keys(dkv[1]).add_(g.dv);
+        }
+      } else if (part == Part::Diagonal || part == Part::FirstKeyChunk) {
         const int64_t keys = part == Part::Diagonal ? 2 * c : c;
         const BlockGradients g = attend_block_backward(grad_out, q, kv[0].narrow(2, 0, keys), kv[1].narrow(2, 0, keys),
                                                        out, lse, part == Part::Diagonal);
@@ -115,15 +164,19 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       if (next) kv = next->take();
     }
     const at::Tensor own_dkv = arriving_dkv->take();
-    return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), at::Tensor()};
+    return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp) {
-  if (cp.size() == 1) return causal_sdpa(q, k, v);
-  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHandle>(&cp));
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
+                          int64_t window) {
+  if (cp.size() == 1) return causal_sdpa(q, k, v, window);
+  // A window as long as the whole sequence is plain causal attention.
+  if (window >= q.size(2) * cp.size()) window = 0;
+  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHandle>(&cp), window);
 }
 
 }  // namespace trainer::parallel

@@ -18,7 +18,11 @@
 namespace trainer::parallel {
 
 // q [B, h, 2c, d], k and v [B, kv, 2c, d]: this rank's two zigzag chunks of c tokens each, in
-// order. Returns [B, h, 2c, d] in q's dtype. `cp` of size 1: plain causal attention.
-at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp);
+// order. Returns [B, h, 2c, d] in q's dtype. `cp` of size 1: plain causal attention. `window` > 0
+// (model.sliding_window): each query attends itself and the window - 1 tokens before it; the
+// (query chunk, key chunk) pairs wholly outside the window are skipped, the others run as bands
+// (attention_block.h). The blocks still travel the whole ring.
+at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
+                          int64_t window = 0);
 
 }  // namespace trainer::parallel

@@ -13,7 +13,9 @@ namespace trainer::parallel {
 
 // q [B, h, L, d], k and v [B, kv, L, d]: this rank's zigzag part (L = T / cp tokens). h must be a
 // multiple of cp and of kv. Returns [B, h, L, d].
-at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp);
+// `window` > 0: sliding-window attention (causal_sdpa's) over the gathered whole sequence.
+at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
+                             int64_t window = 0);
 
 // Autograd all-to-alls of Ulysses, exposed for tests: [B, heads, L, d] sequence parts of all heads
 // <-> [B, heads / cp, T, d] the whole sequence (in order) of this rank's heads.

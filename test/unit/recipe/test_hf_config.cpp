@@ -65,29 +65,51 @@ TEST_CASE("unsupported Hugging Face features are errors naming the file and fiel
   CHECK(any_contains(problems, "model.vocab_size: found \"x\" (a string)"));
 }
 
-TEST_CASE("a Qwen2 config gives q/k/v biases - its unused sliding window is accepted - a used one is refused", "[recipe]") {
+TEST_CASE("a Qwen2 config gives q/k/v biases - its sliding window applies from max_window_layers when in use", "[recipe]") {
   TempDir dir;
   const std::string qwen2 = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
     "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
     "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06,
     "rope_theta": 1000000.0, "tie_word_embeddings": true, "use_sliding_window": false, "sliding_window": 32768,
-    "max_window_layers": 21, "attention_dropout": 0.0, "layer_types": [)";
-  dir.write("config.json", qwen2 + R"("full_attention", "full_attention"]})");
+    "max_window_layers": 21, "attention_dropout": 0.0)";
+  dir.write("config.json", qwen2 + R"(, "layer_types": ["full_attention", "full_attention"]})");
   const auto r = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe;
   CHECK(r.model.attention_bias);
   CHECK(r.model.head_dim == 64);
   CHECK(r.model.tie_word_embeddings);
   CHECK(r.model.rope_theta == 1e6);
-  // The same file with the window in use, and a layer list asking for it.
-  dir.write("config.json", qwen2 + R"("full_attention", "sliding_attention"]})");
+  CHECK_FALSE(r.model.sliding_window);  // use_sliding_window false: transformers attends to everything
+  // Layers asking for a window that is off.
+  dir.write("config.json", qwen2 + R"(, "layer_types": ["full_attention", "sliding_attention"]})");
   auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
-  CHECK(any_contains(problems, "layer_types [\"full_attention\",\"sliding_attention\"] is not supported"));
-  std::string used = qwen2 + R"("full_attention"]})";
+  CHECK(any_contains(problems, "layer_types has sliding_attention layers but no window"));
+  // In use, without layer_types: layers 21..23 (Qwen2Config's rule).
+  std::string used = qwen2 + "}";
   used.replace(used.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true");
   dir.write("config.json", used);
-  problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
-  CHECK(any_contains(problems, "sliding_window 32768 is not supported"));
-  CHECK(any_contains(problems, "use_sliding_window true is not supported"));
+  const auto windowed = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe;
+  CHECK(windowed.model.sliding_window == 32768);
+  CHECK(windowed.model.sliding_window_layers == std::vector<int64_t>{21, 22, 23});
+  CHECK(windowed.model.window_of(20) == 0);
+  CHECK(windowed.model.window_of(21) == 32768);
+}
+
+TEST_CASE("a Mistral config windows every layer", "[recipe]") {
+  TempDir dir;
+  dir.write("config.json", R"({"model_type": "mistral", "vocab_size": 1000, "hidden_size": 512,
+    "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "sliding_window": 4096})");
+  const auto r = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe;
+  CHECK(r.model.sliding_window == 4096);
+  CHECK(r.model.window_of(0) == 4096);
+  CHECK(r.model.window_of(2) == 4096);
+  // Listed layers need a window.
+  const auto problems =
+      problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(", "sliding_window": null,
+        "sliding_window_layers": [1, 1, 5, 0]}})");
+  CHECK(any_contains(problems, "model.sliding_window_layers contains 5, but the model has layers 0..2"));
+  CHECK(any_contains(problems, "model.sliding_window_layers lists layer 1 twice"));
+  CHECK(any_contains(problems, "model.sliding_window is null (no window)"));
 }
 
 TEST_CASE("a Qwen3 config gives per-head q/k norms and its own head_dim", "[recipe]") {
@@ -102,12 +124,11 @@ TEST_CASE("a Qwen3 config gives per-head q/k norms and its own head_dim", "[reci
   CHECK_FALSE(r.model.attention_bias);
   CHECK(r.model.head_dim == 128);  // not hidden / heads = 64
   // Without head_dim, transformers' Qwen3Config takes 128 (not hidden / heads) and so does trainer;
-  // a null use_sliding_window is not "off".
+  // a null use_sliding_window is off, as in Qwen3Config (sliding_window if use_sliding_window).
   dir.write("config.json", R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1024,
     "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4, "use_sliding_window": null,
     "sliding_window": 4096})");
-  const auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
-  CHECK(any_contains(problems, "sliding_window 4096 is not supported"));
+  CHECK_FALSE(load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe.model.sliding_window);
   dir.write("config.json", R"({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1024,
     "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4})");
   CHECK(load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe.model.head_dim == 128);
