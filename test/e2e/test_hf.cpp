@@ -103,9 +103,10 @@ namespace {
 
 // A model that transformers itself created and saved (hf_make_model.py), in transformers 5's layout
 // (rope_parameters) and in the older one (rope_theta + rope_scaling), read through model.hf_config
-// and model.init_from: trainer's logits and loss equal transformers' on both layouts, and a run
-// started from the weights has that loss as its first.
-void check_transformers_model(const std::string& variant) {
+// and model.init_from: trainer's logits and loss equal transformers' on both layouts, a run
+// started from the weights has that loss as its first, and its four steps' losses are those of
+// transformers' model trained by torch.optim.AdamW on the same samples.
+void check_transformers_model(const std::string& variant, bool moe = false) {
   TempDir dir;
   const auto made = run_process({python(), source_dir() + "/test/e2e/hf_make_model.py", dir.path() + "/hf", variant}, 300);
   INFO(made.out << made.err);
@@ -127,13 +128,34 @@ void check_transformers_model(const std::string& variant) {
     INFO(ours.out << ours.err);
     REQUIRE(ours.exit_code == 0);
     if (layout == "new") {
-      const auto started = run_process({trainer_binary(), "run", recipe, "--set", "model.init_from=" + hf, "--set",
-                                        "logging.metrics_file=" + dir.path() + "/init.jsonl"},
-                                       120, {"OMP_NUM_THREADS=1"});
+      // Four steps from the weights (router loss off: transformers adds none by default). The first
+      // loss is that of the weights; every step's equals transformers' model trained by
+      // torch.optim.AdamW on the same samples (hf_train_compare.py).
+      std::vector<std::string> training = {"--set", "model.init_from=" + hf, "--set", "training.steps=4", "--set",
+                                           "logging.interval=1", "--set", "optimizer.lr=1e-3", "--set",
+                                           "logging.metrics_file=" + dir.path() + "/init.jsonl"};
+      if (moe) training.insert(training.end(), {"--set", "model.moe.router_aux_loss_coef=0"});
+      std::vector<std::string> run = {trainer_binary(), "run", recipe};
+      run.insert(run.end(), training.begin(), training.end());
+      const auto started = run_process(run, 120, {"OMP_NUM_THREADS=1"});
       INFO(started.out << started.err);
       REQUIRE(started.exit_code == 0);
       CHECK(read_jsonl(dir.path() + "/init.jsonl").front()["loss"].get<double>() ==
             Approx(loss_of(ours.out)).epsilon(1e-6));
+      std::vector<std::string> validate = {trainer_binary(), "validate", recipe, "--json"};
+      validate.insert(validate.end(), training.begin(), training.end());
+      const auto resolved = run_process(validate);
+      REQUIRE(resolved.exit_code == 0);
+      dir.write("resolved.json", resolved.out);
+      const auto samples = run_process({tool, recipe, "--hf", hf, "32", dir.path() + "/samples.safetensors"}, 120);
+      REQUIRE(samples.exit_code == 0);
+      const auto trained = run_process({python(), source_dir() + "/test/e2e/hf_train_compare.py", hf,
+                                        dir.path() + "/samples.safetensors", dir.path() + "/resolved.json",
+                                        dir.path() + "/init.jsonl"},
+                                       300);
+      INFO(trained.out << trained.err);
+      CHECK(trained.exit_code == 0);
+      WARN(trained.out);
     }
   }
   std::vector<std::string> compare = {python(), source_dir() + "/test/e2e/hf_compare.py", dir.path() + "/hf/new"};
@@ -161,7 +183,7 @@ TEST_CASE("hf: a Mistral (sliding window 7 of 48 tokens) and a Mixtral made by t
           "[hf]") {
   install_transformers();
   check_transformers_model("mistral");
-  check_transformers_model("mixtral");
+  check_transformers_model("mixtral", /*moe=*/true);
 }
 
 TEST_CASE("hf: a Qwen2 made by transformers (q/k/v biases - tied embeddings - a window in layer 1 only) in both config "
@@ -193,7 +215,7 @@ TEST_CASE("hf: exported weights with q/k norms load as transformers' Qwen3 with 
 TEST_CASE("hf: a Qwen3-MoE made by transformers (q/k norms - unnormalised top-3 of 5 experts - a dense first layer) in "
           "both config layouts", "[hf]") {
   install_transformers();
-  check_transformers_model("qwen3_moe");
+  check_transformers_model("qwen3_moe", /*moe=*/true);
 }
 
 TEST_CASE("hf: exported MoE weights with q/k norms load as transformers' Qwen3-MoE with trainer's logits", "[hf]") {
