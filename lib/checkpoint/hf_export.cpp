@@ -51,6 +51,15 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
       scaling["high_freq_factor"] = s.high_freq_factor;
       scaling["original_max_position_embeddings"] = s.original_max_position_embeddings;
     }
+    if (s.rope_type == recipe::RopeType::Yarn) {
+      scaling["original_max_position_embeddings"] = s.original_max_position_embeddings;
+      scaling["beta_fast"] = s.beta_fast;
+      scaling["beta_slow"] = s.beta_slow;
+      scaling["truncate"] = s.truncate;
+      if (s.mscale) scaling["mscale"] = *s.mscale;
+      if (s.mscale_all_dim) scaling["mscale_all_dim"] = *s.mscale_all_dim;
+      if (s.attention_factor) scaling["attention_factor"] = *s.attention_factor;
+    }
     c["rope_scaling"] = scaling;
     rope = scaling;
     rope["rope_theta"] = m.rope_theta;
@@ -84,7 +93,15 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
   // layers from max_window_layers on (layer_types for transformers 5).
   const bool windowed = m.sliding_window.has_value();
   const bool every_layer = int64_t(m.sliding_window_layers.size()) == m.num_hidden_layers;
-  if (windowed && (m.attention_bias || m.qk_norm)) {
+  if (windowed && m.qk_norm && m.moe) {
+    // Qwen3-MoE windows every layer (its config has no layer_types or max_window_layers).
+    if (!every_layer)
+      throw UserError("this Qwen3-MoE-shaped model has a sliding window in some layers only "
+                      "(model.sliding_window_layers), which transformers' Qwen3-MoE cannot express (it windows "
+                      "every layer)");
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = *m.sliding_window;
+  } else if (windowed && (m.attention_bias || m.qk_norm)) {
     int64_t first = m.num_hidden_layers;
     for (const int64_t l : m.sliding_window_layers) first = std::min(first, l);
     if (int64_t(m.sliding_window_layers.size()) != m.num_hidden_layers - first)

@@ -38,10 +38,12 @@ double attention_flops_forward(Replay& r) {
   return 4.0 * double(r.s.micro_batch) * double(r.s.q_heads) * pairs * double(r.s.head_dim) / double(r.s.cp);
 }
 
-// The flash kernel takes a GPU's window; on the CPU (and for Ulysses, over the gathered whole
-// sequence) attention runs with an additive [S, S] mask (causal_sdpa.cpp). Ring attention builds
+// The flash kernel takes a GPU's window in bf16; on the CPU or in fp32 (and for Ulysses, over the
+// gathered whole sequence) attention runs with an additive [S, S] mask (causal_sdpa.cpp). Ring attention builds
 // one per block pair instead (ring_attention.cpp).
-bool window_mask(Replay& r) { return r.s.window > 0 && r.s.device == Device::Cpu && (r.s.cp == 1 || r.s.ulysses); }
+bool window_mask(Replay& r) {
+  return r.s.window > 0 && (r.s.device == Device::Cpu || r.e == kF32) && (r.s.cp == 1 || r.s.ulysses);
+}
 
 // band_mask (attention_block.cpp): two boolean comparisons, then the mask in the model dtype.
 Id build_mask(Replay& r, int64_t rows, int64_t keys) {

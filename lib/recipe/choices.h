@@ -119,9 +119,9 @@ constexpr EnumEntries<Backend, 3> enum_entries(Backend) {
 }
 
 // model.rope_scaling.rope_type.
-enum class RopeType { Llama3, Linear };
-constexpr EnumEntries<RopeType, 2> enum_entries(RopeType) {
-  return {{{RopeType::Llama3, "llama3"}, {RopeType::Linear, "linear"}}};
+enum class RopeType { Llama3, Linear, Yarn };
+constexpr EnumEntries<RopeType, 3> enum_entries(RopeType) {
+  return {{{RopeType::Llama3, "llama3"}, {RopeType::Linear, "linear"}, {RopeType::Yarn, "yarn"}}};
 }
 
 // model.moe.scoring_func.

@@ -23,16 +23,17 @@ using Problem = std::function<void(const std::string&)>;
 const char* const kModelFields[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                     "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
                                     "tie_word_embeddings", "max_position_embeddings", "initializer_range"};
-const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
-                                   "norm_topk_prob", "moe_intermediate_size"};
+const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef"};
+// Qwen3-MoE's own keys (read_hf_config's qwen3_moe branch); for other types they are unknown.
+const std::set<std::string> kQwenMoeKeys = {"num_experts", "norm_topk_prob", "moe_intermediate_size",
+                                            "decoder_sparse_step", "mlp_only_layers"};
 
 // Keys read elsewhere in this file (RoPE, model type, the features checked below).
 const std::set<std::string> kReadKeys = {"model_type", "rope_theta", "rope_scaling", "rope_parameters",
                                          "partial_rotary_factor", "original_max_position_embeddings",
                                          "hidden_act", "attention_bias", "mlp_bias", "sliding_window",
                                          "use_sliding_window", "max_window_layers", "layer_types",
-                                         "attention_dropout", "router_jitter_noise", "num_experts",
-                                         "decoder_sparse_step", "mlp_only_layers"};
+                                         "attention_dropout", "router_jitter_noise"};
 
 // Keys of llama/mistral/mixtral configs that cannot change what is trained: token ids, storage
 // dtype, generation and output switches, bookkeeping. pretraining_tp only split the matmuls of
@@ -69,9 +70,9 @@ std::optional<Rope> resolve_rope(const json& hf, const std::string& key, const P
   const json type_json = dict.contains("rope_type") ? dict["rope_type"] : dict.value("type", json("default"));
   const std::string type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
   if (type == "default") return rope;
-  if (type != "linear" && type != "llama3") {
-    problem(fmt::format("{}.rope_type \"{}\" is not supported; expected default, linear or llama3 (trainer does not "
-                        "implement it, and ignoring it would train a different model)",
+  if (type != "linear" && type != "llama3" && type != "yarn") {
+    problem(fmt::format("{}.rope_type \"{}\" is not supported; expected default, linear, llama3 or yarn (trainer "
+                        "does not implement it, and ignoring it would train a different model)",
                         key, type));
     return std::nullopt;
   }
@@ -83,6 +84,17 @@ std::optional<Rope> resolve_rope(const json& hf, const std::string& key, const P
       rope.scaling[name] = dict[name];
     else
       problem(fmt::format("{}: rope_type {} needs {}; it is missing", key, type, name));
+  }
+  if (type == "yarn") {
+    // The ramp's context: the dict's, else the top level's (DeepSeek and Qwen give it in the dict).
+    if (dict.contains("original_max_position_embeddings"))
+      rope.scaling["original_max_position_embeddings"] = dict["original_max_position_embeddings"];
+    else if (hf.contains("original_max_position_embeddings"))
+      rope.scaling["original_max_position_embeddings"] = hf["original_max_position_embeddings"];
+    else
+      problem(fmt::format("{}: rope_type yarn needs original_max_position_embeddings; it is missing", key));
+    for (const char* name : {"beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"})
+      if (dict.contains(name) && !dict[name].is_null()) rope.scaling[name] = dict[name];
   }
   if (type == "llama3") {
     if (hf.contains("original_max_position_embeddings"))
@@ -138,13 +150,15 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
     problem(fmt::format("sliding_window {} is not supported for model_type {}; expected null (transformers' {} has "
                         "no sliding window)",
                         describe_json(hf["sliding_window"]), model_type, model_type));
-  // Qwen2/Qwen3 name each layer's attention in layer_types; Mistral and Mixtral window every layer.
+  // Qwen2/Qwen3 name each layer's attention in layer_types; Mistral, Mixtral and Qwen3-MoE window
+  // every layer.
   const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
+  const bool layered = model_type == "qwen2" || model_type == "qwen3";
   if (!qwen && hf.contains("use_sliding_window") && hf["use_sliding_window"] == true)
     problem(fmt::format("use_sliding_window true is not supported for model_type {}; expected false (its "
                         "sliding_window applies to every layer)",
                         model_type));
-  if (!qwen && hf.contains("layer_types")) {
+  if (!layered && hf.contains("layer_types")) {
     const json& types = hf["layer_types"];
     const bool all_full = types.is_array() && std::all_of(types.begin(), types.end(), [](const json& t) {
       return t == "full_attention";
@@ -163,13 +177,16 @@ void check_unsupported(const json& hf, const std::string& model_type, const Prob
 }
 
 // model.sliding_window and model.sliding_window_layers as transformers applies them. Mistral and
-// Mixtral: sliding_window on every layer. Qwen2 and Qwen3: only with use_sliding_window, in the
-// layers layer_types calls "sliding_attention" (written by transformers 5), or else in layers
-// max_window_layers (default 28) and above, as Qwen2Config computes layer_types.
+// Mixtral: sliding_window on every layer. Qwen2, Qwen3 and Qwen3-MoE: only with use_sliding_window;
+// Qwen2 and Qwen3 in the layers layer_types calls "sliding_attention" (written by transformers 5),
+// or else in layers max_window_layers (default 28) and above, as Qwen2Config computes layer_types;
+// Qwen3-MoE (whose config has neither) in every layer. A missing sliding_window is the config
+// class's default: 4096, except Mixtral's (none).
 void read_window(const json& hf, const std::string& model_type, json& model, const Problem& problem) {
   const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
+  const bool layered = model_type == "qwen2" || model_type == "qwen3";
   if (model_type != "mistral" && model_type != "mixtral" && !qwen) return;
-  json window = hf.value("sliding_window", json(nullptr));
+  json window = hf.value("sliding_window", model_type == "mixtral" ? json(nullptr) : json(4096));
   if (qwen) {
     // Qwen2Config: sliding_window if use_sliding_window else None (a null or missing flag is off).
     const json use = hf.value("use_sliding_window", json(false));
@@ -183,7 +200,7 @@ void read_window(const json& hf, const std::string& model_type, json& model, con
   const json layer_count = hf.value("num_hidden_layers", json(0));
   const int64_t layers = layer_count.is_number_integer() ? layer_count.get<int64_t>() : 0;
   std::vector<int64_t> windowed;
-  if (qwen && hf.contains("layer_types") && !hf["layer_types"].is_null()) {
+  if (layered && hf.contains("layer_types") && !hf["layer_types"].is_null()) {
     const json& types = hf["layer_types"];
     if (!types.is_array() || (!window.is_null() && int64_t(types.size()) != layers)) {
       problem(fmt::format("layer_types {} is not a list of num_hidden_layers={} entries", describe_json(types), layers));
@@ -204,7 +221,7 @@ void read_window(const json& hf, const std::string& model_type, json& model, con
                           describe_json(hf.value("sliding_window", json(nullptr))),
                           describe_json(hf.value("use_sliding_window", json(nullptr)))));
     if (windowed.empty()) return;
-  } else if (qwen && !window.is_null()) {
+  } else if (layered && !window.is_null()) {
     const json first = hf.value("max_window_layers", json(28));
     if (!first.is_number_integer()) {
       problem(fmt::format("max_window_layers {} is {}; expected an integer", describe_json(first),
@@ -216,7 +233,7 @@ void read_window(const json& hf, const std::string& model_type, json& model, con
   }
   if (window.is_null()) return;
   model["sliding_window"] = window;
-  if (qwen && int64_t(windowed.size()) != layers) model["sliding_window_layers"] = windowed;
+  if (layered && int64_t(windowed.size()) != layers) model["sliding_window_layers"] = windowed;
 }
 
 }  // namespace
@@ -306,7 +323,8 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   for (const auto& [key, value] : hf.items()) {
     const bool read = kReadKeys.count(key) || std::find(std::begin(kModelFields), std::end(kModelFields), key) !=
                                                   std::end(kModelFields);
-    const bool moe_key = std::find(std::begin(kMoeFields), std::end(kMoeFields), key) != std::end(kMoeFields);
+    const bool moe_key = std::find(std::begin(kMoeFields), std::end(kMoeFields), key) != std::end(kMoeFields) ||
+                         (model_type == "qwen3_moe" && kQwenMoeKeys.count(key));
     if (!read && !moe_key && !kHarmlessKeys.count(key)) unknown.push_back(key);
   }
   if (!unknown.empty() && warnings) {

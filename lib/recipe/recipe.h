@@ -25,13 +25,25 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  // yarn (transformers' _compute_yarn_parameters): the ramp's bounds in rotations, and the factor
+  // cos and sin are multiplied by (attention_factor, else from mscale / mscale_all_dim, else
+  // 0.1 ln(factor) + 1).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  std::optional<double> attention_factor;
+  bool truncate = true;
 
   // The keys of this section (field.h).
   template <class Table>
   static void keys(Table& t) {
     t.key("rope_type", &RopeScaling::rope_type, any(),
         "Scaling method: `llama3` (Llama 3.1: long wavelengths divided by `factor`, short ones "
-        "kept, a smooth ramp between) or `linear` (positions divided by `factor`).");
+        "kept, a smooth ramp between), `linear` (positions divided by `factor`) or `yarn` (YaRN, "
+        "Peng et al. 2023, as transformers computes it: the frequencies between `beta_fast` and "
+        "`beta_slow` rotations over the original context ramped from kept to divided by "
+        "`factor`, cos and sin scaled by the attention factor).");
     t.key("factor", &RopeScaling::factor, positive(),
         "Context extension factor.");
     t.key("low_freq_factor", &RopeScaling::low_freq_factor, positive(),
@@ -39,7 +51,23 @@ struct RopeScaling {
     t.key("high_freq_factor", &RopeScaling::high_freq_factor, positive(),
         "llama3: high-frequency factor.");
     t.key("original_max_position_embeddings", &RopeScaling::original_max_position_embeddings, at_least(1),
-        "llama3: context length of the original model.");
+        "llama3 and yarn: context length of the original model.");
+    t.key("beta_fast", &RopeScaling::beta_fast, positive(),
+        "yarn: rotations over the original context above which a frequency is kept (extrapolated).");
+    t.key("beta_slow", &RopeScaling::beta_slow, positive(),
+        "yarn: rotations below which a frequency is divided by `factor` (interpolated).");
+    t.key("mscale", &RopeScaling::mscale, positive(),
+        "yarn: with `mscale_all_dim`, the attention factor is (0.1 mscale ln(factor) + 1) / (0.1 "
+        "mscale_all_dim ln(factor) + 1). null: not given.");
+    t.key("mscale_all_dim", &RopeScaling::mscale_all_dim, at_least(0),
+        "yarn: see `mscale`; with multi-head latent attention (`model.mla`) the softmax scale is "
+        "also multiplied by (0.1 mscale_all_dim ln(factor) + 1)^2, as DeepSeek-V3 does. null: not "
+        "given.");
+    t.key("attention_factor", &RopeScaling::attention_factor, positive(),
+        "yarn: the factor cos and sin are multiplied by; null: from `mscale` and `mscale_all_dim` "
+        "when both are given, else 0.1 ln(factor) + 1.");
+    t.key("truncate", &RopeScaling::truncate, any(),
+        "yarn: round the ramp's bounds outwards to whole dimensions (transformers' default).");
   }
 };
 

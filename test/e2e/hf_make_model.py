@@ -9,7 +9,8 @@ usage: hf_make_model.py OUT_DIR VARIANT
                    rope_theta 1e6, tied embeddings, sliding window 5 in layer 1 only
                    (use_sliding_window with max_window_layers 1)
           qwen3:   Qwen3, per-head q/k norms (weights drawn at random around 1), head_dim 16 (not
-                   hidden / heads = 12), untied, sliding window off
+                   hidden / heads = 12), untied, sliding window off, YaRN (factor 4 over an original
+                   context of 32)
           qwen3_moe: Qwen3-MoE, q/k norms, head_dim 16, 5 experts of width 40, top-3 without
                    renormalisation (norm_topk_prob false), layer 0 dense (mlp_only_layers)
   Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12 (qwen3: 16).
@@ -43,7 +44,9 @@ elif variant == "qwen2":
     assert config.layer_types == ["full_attention", "sliding_attention"], config.layer_types
 elif variant == "qwen3":
     common["head_dim"] = 16
-    config = transformers.Qwen3Config(**common, rope_theta=1e6, use_sliding_window=False, max_window_layers=1)
+    # YaRN as Qwen3 configures it for long contexts, over an original context shorter than the test's.
+    config = transformers.Qwen3Config(**common, use_sliding_window=False, max_window_layers=1, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 32})
 elif variant == "qwen3_moe":
     common["head_dim"] = 16
     config = transformers.Qwen3MoeConfig(**common, rope_theta=1e6, num_experts=5, num_experts_per_tok=3,

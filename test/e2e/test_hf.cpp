@@ -200,16 +200,19 @@ TEST_CASE("hf: exported weights with q/k/v biases and a window in layer 1 load a
                     "model.sliding_window=6", "model.sliding_window_layers=[1]"});
 }
 
-TEST_CASE("hf: a Qwen3 made by transformers (q/k norms - head_dim 16 not hidden/heads) in both config layouts",
+TEST_CASE("hf: a Qwen3 made by transformers (q/k norms - head_dim 16 not hidden/heads - YaRN) in both config layouts",
           "[hf]") {
   install_transformers();
   check_transformers_model("qwen3");
 }
 
-TEST_CASE("hf: exported weights with q/k norms load as transformers' Qwen3 with trainer's logits", "[hf]") {
+TEST_CASE("hf: exported weights with q/k norms and YaRN load as transformers' Qwen3 with trainer's logits", "[hf]") {
   install_transformers();
+  // YaRN with an original context of 32 under the 128-token sequence, DeepSeek's mscale fields.
   check_round_trip(source_dir() + "/recipes/tiny-llama.json",
-                   {"model.num_hidden_layers=2", "model.qk_norm=true", "model.head_dim=24"});
+                   {"model.num_hidden_layers=2", "model.qk_norm=true", "model.head_dim=24",
+                    R"(model.rope_scaling={"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32, )"
+                    R"("mscale": 0.8, "mscale_all_dim": 0.5})"});
 }
 
 TEST_CASE("hf: a Qwen3-MoE made by transformers (q/k norms - unnormalised top-3 of 5 experts - a dense first layer) in "

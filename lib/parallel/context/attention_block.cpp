@@ -105,6 +105,11 @@ namespace {
 std::pair<int64_t, int64_t> flash_window(Band band, int64_t Lq, int64_t Lk) {
   const int64_t shift = Lk - Lq;
   const int64_t left = shift - band.offset + band.window - 1, right = band.offset - shift;
+  // Negative is not a bound the kernel takes (-1 means none): only band_rows' leading rows come here.
+  if (left < 0 || right < 0)
+    throw std::logic_error(fmt::format("attention band (offset {}, window {}) over a {} x {} block has no flash "
+                                       "window (left {}, right {}): pass only band_rows' rows",
+                                       band.offset, band.window, Lq, Lk, left, right));
   return {left >= Lk ? -1 : left, right >= Lk ? -1 : right};
 }
 

@@ -128,3 +128,32 @@ TEST_CASE("llama3 rope scaling matches the transformers formula", "[model][rotar
     CHECK(sin[0][i + 64].item<double>() == Approx(std::sin(3 * inv[i])).margin(1e-6));
   }
 }
+
+TEST_CASE("yarn frequencies and attention factor are transformers' _compute_yarn_parameters", "[model][rotary]") {
+  // Reference values printed by transformers 5.23 (ROPE_INIT_FUNCTIONS["yarn"]) for head_dim 16,
+  // theta 10000, factor 40, original context 8, beta_fast 16, beta_slow 2, mscale 1, mscale_all_dim
+  // 0.5: pairs 0..1 kept, 2..3 on the ramp, 4.. divided by 40 (fp32 there, hence 1e-6).
+  recipe::RopeScaling yarn;
+  yarn.rope_type = recipe::RopeType::Yarn;
+  yarn.factor = 40.0;
+  yarn.original_max_position_embeddings = 8;
+  yarn.beta_fast = 16;
+  yarn.beta_slow = 2;
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 0.5;
+  const std::vector<double> expected = {1.000000000e+00, 7.905694656e-03, 2.499999944e-03, 7.905694656e-04,
+                                        2.500000119e-04, 7.905694656e-05, 2.499999937e-05, 7.905694474e-06};
+  const auto inv = model::rotary_inverse_frequencies(16, 10000.0, yarn);
+  REQUIRE(inv.size() == expected.size());
+  for (size_t i = 0; i < inv.size(); ++i) CHECK(inv[i] == Approx(expected[i]).epsilon(1e-6));
+  CHECK(model::rotary_attention_factor(yarn) == Approx(1.1557219901962608).epsilon(1e-12));
+  // Without mscale: 0.1 ln(factor) + 1; transformers' value for factor 4 is 1.138629436111989.
+  yarn.mscale.reset();
+  yarn.factor = 4.0;
+  CHECK(model::rotary_attention_factor(yarn) == Approx(1.138629436111989).epsilon(1e-12));
+  // cos and sin carry the factor.
+  model::Rotary rotary(16, 10000.0, yarn);
+  auto [cos, sin] = rotary.cos_sin(at::tensor(std::vector<int64_t>{0}, at::kLong), at::kDouble);
+  CHECK(cos[0][0].item<double>() == Approx(1.138629436111989).epsilon(1e-6));
+  CHECK(model::rotary_attention_factor(std::nullopt) == 1.0);
+}

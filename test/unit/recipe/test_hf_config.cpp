@@ -54,14 +54,14 @@ TEST_CASE("a Mixtral config fills model.moe", "[recipe]") {
 TEST_CASE("unsupported Hugging Face features are errors naming the file and field", "[recipe]") {
   TempDir dir;
   dir.write("config.json", R"({"model_type": "gpt2", "hidden_act": "gelu", "attention_bias": true,
-    "sliding_window": 4096, "rope_scaling": {"rope_type": "yarn"}, "vocab_size": "x"})");
+    "sliding_window": 4096, "rope_scaling": {"rope_type": "dynamic"}, "vocab_size": "x"})");
   const auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"("}})");
   const std::string file = dir.path() + "/config.json";
   CHECK(any_contains(problems, "model.hf_config " + file + ": model_type \"gpt2\" is not supported"));
   CHECK(any_contains(problems, "hidden_act \"gelu\" is not supported"));
   CHECK(any_contains(problems, "attention_bias true is not supported"));
   CHECK(any_contains(problems, "sliding_window 4096 is not supported"));
-  CHECK(any_contains(problems, "rope_scaling.rope_type \"yarn\" is not supported"));
+  CHECK(any_contains(problems, "rope_scaling.rope_type \"dynamic\" is not supported"));
   CHECK(any_contains(problems, "model.vocab_size: found \"x\" (a string)"));
 }
 
@@ -103,6 +103,23 @@ TEST_CASE("a Mistral config windows every layer", "[recipe]") {
   CHECK(r.model.sliding_window == 4096);
   CHECK(r.model.window_of(0) == 4096);
   CHECK(r.model.window_of(2) == 4096);
+  // transformers' default window when the key is missing: MistralConfig's 4096.
+  dir.write("config.json", R"({"model_type": "mistral", "vocab_size": 1000, "hidden_size": 512,
+    "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 4})");
+  CHECK(load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe.model.sliding_window == 4096);
+  // Qwen3-MoE windows every layer when the window is on (its config has no layer_types or
+  // max_window_layers: transformers ignores one that is there).
+  dir.write("config.json", R"({"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 512,
+    "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "use_sliding_window": true,
+    "sliding_window": 128, "max_window_layers": 2, "mlp_only_layers": [0]})");
+  const auto moe = load_text(R"({"model": {"hf_config": ")" + dir.path() + R"("}})", dir.path()).recipe.model;
+  CHECK(moe.window_of(0) == 128);
+  CHECK(moe.window_of(2) == 128);
+  REQUIRE(moe.moe);
+  CHECK(moe.moe->layers == std::vector<int64_t>{1, 2});
+  CHECK_FALSE(moe.moe->norm_topk_prob);
+  CHECK(moe.head_dim == 64);  // hidden / heads: Qwen3MoeAttention's default
   // Listed layers need a window.
   const auto problems =
       problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(", "sliding_window": null,
@@ -203,10 +220,10 @@ TEST_CASE("transformers 5's rope_parameters and the old rope_theta/rope_scaling 
 TEST_CASE("RoPE types and features trainer cannot honour are errors naming the file and key", "[recipe]") {
   TempDir dir;
   const std::string file = dir.write("config.json", R"({"model_type": "mixtral",
-    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0},
+    "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e6, "factor": 4.0},
     "router_jitter_noise": 0.1, "attention_dropout": 0.1, "use_sliding_window": true})");
   const auto problems = problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + file + R"("}})");
-  CHECK(any_contains(problems, "model.hf_config " + file + ": rope_parameters.rope_type \"yarn\" is not supported"));
+  CHECK(any_contains(problems, "model.hf_config " + file + ": rope_parameters.rope_type \"longrope\" is not supported"));
   CHECK(any_contains(problems, "router_jitter_noise 0.1 is not supported"));
   CHECK(any_contains(problems, "attention_dropout 0.1 is not supported"));
   CHECK(any_contains(problems, "use_sliding_window true is not supported"));
@@ -218,6 +235,20 @@ TEST_CASE("RoPE types and features trainer cannot honour are errors naming the f
   dir.write("partial.json", R"({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}})");
   CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/partial.json"}})"),
                      "partial_rotary_factor 0.5 is not supported"));
+  // YaRN with DeepSeek-V3's fields is read whole; without its original context it is refused.
+  dir.write("yarn.json", R"({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000, "factor": 40,
+    "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+    "mscale_all_dim": 1.0}})");
+  const auto yarn = load_with_hf("yarn.json", dir.path()).recipe.model;
+  REQUIRE(yarn.rope_scaling);
+  CHECK(yarn.rope_scaling->rope_type == trainer::recipe::RopeType::Yarn);
+  CHECK(yarn.rope_scaling->factor == 40);
+  CHECK(yarn.rope_scaling->original_max_position_embeddings == 4096);
+  CHECK(yarn.rope_scaling->mscale_all_dim == 1.0);
+  CHECK_FALSE(yarn.rope_scaling->attention_factor);
+  dir.write("yarn-bare.json", R"({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}})");
+  CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/yarn-bare.json"}})"),
+                     "rope_type yarn needs original_max_position_embeddings"));
   dir.write("missing.json", R"({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}})");
   CHECK(any_contains(problems_of({}, std::nullopt, R"({"model": {"hf_config": ")" + dir.path() + R"(/missing.json"}})"),
                      "rope_parameters: rope_type llama3 needs low_freq_factor"));
