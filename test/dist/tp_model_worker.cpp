@@ -4,8 +4,9 @@
 // forward and backward of the same batch through both, and checks: the communication operators
 // against their definitions, the loss, and every parameter gradient against the matching slice of
 // the whole model's (with sequence parallelism, SP=1, the norm weights' gradients are partial sums
-// over each rank's tokens: summed over tp first, as the gradient buckets do). Exit 0 when
-// everything matches.
+// over each rank's tokens, and the q/k norms' over each rank's heads: summed over tp first, as the
+// gradient buckets do). The model has q/k/v biases, q/k norms and a sliding window in one layer.
+// Exit 0 when everything matches.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -102,6 +103,13 @@ int main(int argc, char** argv) {
     c.rms_norm_eps = 1e-6;
     c.tie_word_embeddings = tied;
     c.initializer_range = 0.2;
+    // The families' attention features: Qwen2's q/k/v biases (split with their heads), Qwen3's
+    // per-head q/k norms (replicated, gradients summed over tp), and a sliding window of 5 of the
+    // 12 positions in layer 1.
+    c.attention_bias = true;
+    c.qk_norm = true;
+    c.sliding_window = 5;
+    c.sliding_window_layers = {1};
     model::ModelOptions options;
     options.config = c;
     options.seed = 9;
@@ -125,8 +133,10 @@ int main(int argc, char** argv) {
     for (const auto& p : sharded.parameters().all()) {
       const model::Parameter* q = whole.parameters().find(p.name);
       if (!q) throw std::runtime_error("no parameter " + p.name + " in the whole model");
-      if ((p.grad_group == mesh::GroupKind::TpDpCp) != (sp && p.shards.empty()))
-        throw std::runtime_error(p.name + ": reduced over tp exactly when sequence parallelism leaves it replicated");
+      // Summed over tp: the norms sequence parallelism leaves replicated, and the q/k norms always.
+      const bool qk_norm = p.name.find("q_norm") != std::string::npos || p.name.find("k_norm") != std::string::npos;
+      if ((p.grad_group == mesh::GroupKind::TpDpCp) != ((sp && p.shards.empty()) || qk_norm))
+        throw std::runtime_error(p.name + ": reduced over tp exactly when it is replicated and sees part of the work");
       if (p.grad_group == mesh::GroupKind::TpDpCp) {
         tp.all_reduce(p.tensor.mutable_grad(), comm::ReduceOp::Sum)->wait();
         ++over_tp;

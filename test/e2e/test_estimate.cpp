@@ -134,6 +134,8 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE)", "[es
        "model.moe.moe_intermediate_size=512", "training.seq_len=64"},
       {"model.moe.layers=[1,3]", "model.tie_word_embeddings=true", "training.micro_batch_size=2",
        "training.global_batch_size=2"},
+      // Qwen3-MoE: q/k norms, unnormalised top-2, a dense first layer.
+      {"model.qk_norm=true", "model.moe.norm_topk_prob=false", "model.moe.layers=[1,2,3]"},
   });
 }
 
