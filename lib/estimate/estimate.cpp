@@ -32,6 +32,18 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
   StageTime t;
   const auto& mesh = job.mesh;
   const int64_t per_chunk = int64_t(stage.layers.size()) / mesh.vpp;
+  // The times of each kind of layer (dense or MoE, full attention or windowed), once per stage:
+  // the planner calls this for every layout it considers.
+  struct LayerTime {
+    SegmentTime forward, backward;
+  };
+  LayerTime kinds[2][2];
+  for (const bool moe : {false, true})
+    for (const bool windowed : {false, true}) {
+      if ((moe && job.shape.experts == 0) || (windowed && job.shape.window == 0)) continue;
+      const LayerSegments& segments = model.layer(moe, windowed);
+      kinds[moe][windowed] = {time(segments.forward), time(segments.backward)};
+    }
   for (int64_t v = 0; v < mesh.vpp; ++v) {
     const bool first_chunk = stage.first && v == 0;
     const bool last_chunk = stage.last && v == mesh.vpp - 1;
@@ -43,10 +55,10 @@ StageTime stage_time(const JobLayout& job, const StageLayout& stage, const Micro
     t.backward.add(time(head.backward));
     for (int64_t i = v * per_chunk; i < (v + 1) * per_chunk; ++i) {
       const auto& counts = job.counts.layers.at(size_t(stage.layers.at(size_t(i))));
-      const LayerSegments& segments = model.layer(counts.moe, counts.window > 0);
-      const SegmentTime f = time(segments.forward);
+      const LayerTime& layer = kinds[counts.moe][counts.window > 0];
+      const SegmentTime& f = layer.forward;
       t.forward.add(f);
-      t.backward.add(time(segments.backward));
+      t.backward.add(layer.backward);
       // What backward spends recomputing: the whole layer forward (full) or the attention core
       // (the norms of selective are memory-bound kernels in the backward's own time).
       if (job.shape.recompute == Recompute::Full) t.recompute_s += f.total();
