@@ -21,6 +21,48 @@ namespace trainer::checkpoint {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// DeepSeek-V3 (transformers' DeepseekV3ForCausalLM): latent attention; the layers from
+// first_k_dense_replace on are MoE with sigmoid scores and shared experts; a dense model says
+// first_k_dense_replace = its layer count.
+nlohmann::json deepseek_config(nlohmann::json c, const recipe::ModelConfig& m) {
+  const auto& a = *m.mla;
+  c["architectures"] = {"DeepseekV3ForCausalLM"};
+  c["model_type"] = "deepseek_v3";
+  for (const char* key : {"mlp_bias", "head_dim"}) c.erase(key);
+  c["q_lora_rank"] = a.q_lora_rank ? nlohmann::json(*a.q_lora_rank) : nlohmann::json(nullptr);
+  c["kv_lora_rank"] = a.kv_lora_rank;
+  c["qk_nope_head_dim"] = a.qk_nope_head_dim;
+  c["qk_rope_head_dim"] = a.qk_rope_head_dim;
+  c["v_head_dim"] = a.v_head_dim;
+  c["rope_interleave"] = a.rope_interleave;
+  c["num_key_value_heads"] = m.num_attention_heads;
+  c["num_nextn_predict_layers"] = 0;
+  c["first_k_dense_replace"] = m.num_hidden_layers;
+  if (!m.moe) return c;
+  const auto& e = *m.moe;
+  int64_t first = m.num_hidden_layers;
+  for (const int64_t l : e.layers) first = std::min(first, l);
+  if (int64_t(e.layers.size()) != m.num_hidden_layers - first || e.capacity_factor ||
+      e.scoring_func != recipe::ScoringFunc::Sigmoid)
+    throw UserError("this DeepSeek-V3-shaped model (model.mla with experts) has MoE layers that are not all the layers "
+                    "from one on, a capacity factor or softmax scores, which transformers' DeepSeek-V3 cannot express "
+                    "(first_k_dense_replace dense layers, then MoE with sigmoid scores, dropless)");
+  c["first_k_dense_replace"] = first;
+  c["n_routed_experts"] = e.num_local_experts;
+  c["n_shared_experts"] = e.num_shared_experts;
+  c["num_experts_per_tok"] = e.num_experts_per_tok;
+  c["moe_intermediate_size"] = e.moe_intermediate_size;
+  c["n_group"] = e.n_group;
+  c["topk_group"] = e.topk_group;
+  c["norm_topk_prob"] = e.norm_topk_prob;
+  c["routed_scaling_factor"] = e.routed_scaling_factor;
+  return c;
+}
+
+}  // namespace
+
 nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dtype) {
   nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
                       {"model_type", "llama"},
@@ -125,6 +167,7 @@ nlohmann::json hf_config_json(const recipe::ModelConfig& m, recipe::Precision dt
     }
     c["sliding_window"] = *m.sliding_window;
   }
+  if (m.mla) return deepseek_config(std::move(c), m);
   if (m.moe && m.qk_norm) {
     // Qwen3-MoE (hf_names.h): softmax scores, top-k renormalised by norm_topk_prob, dense layers
     // (of intermediate_size) where mlp_only_layers says.
@@ -250,6 +293,21 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
     }
     files.back().push_back({hf_name(name, r.model), t});
     in_current += t.nbytes();
+  }
+  // DeepSeek-V3's routing biases: the checkpoint's table (zeros when it has none), in fp32 as
+  // transformers keeps them.
+  if (r.model.mla && r.model.moe) {
+    const nlohmann::json& extra = loaded.manifest().value("extra", nlohmann::json::object());
+    const nlohmann::json table = extra.value("moe_routing_bias", nlohmann::json::object());
+    for (const int64_t layer : r.model.moe->layers) {
+      const std::string key = std::to_string(layer);
+      std::vector<float> values(size_t(r.model.moe->num_local_experts), 0.0f);
+      if (table.contains(key)) values = table.at(key).get<std::vector<float>>();
+      if (int64_t(values.size()) != r.model.moe->num_local_experts)
+        throw UserError(fmt::format("{}: extra.moe_routing_bias.{} has {} values for {} experts", loaded.path(), key,
+                                    values.size(), r.model.moe->num_local_experts));
+      files.back().push_back({routing_bias_name(layer), at::tensor(values, at::kFloat)});
+    }
   }
 
   create_output_dir(out_dir);

@@ -24,10 +24,16 @@ const std::pair<const char*, const char*> kProjections[] = {
 
 }  // namespace
 
-bool qwen_moe_names(const recipe::ModelConfig& model) { return model.moe.has_value() && model.qk_norm; }
+bool mlp_moe_names(const recipe::ModelConfig& model) {
+  return model.moe.has_value() && (model.qk_norm || model.mla.has_value());
+}
+
+std::string routing_bias_name(int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".mlp.gate.e_score_correction_bias";
+}
 
 std::string hf_name(const std::string& name, const recipe::ModelConfig& model) {
-  if (!qwen_moe_names(model)) return name;
+  if (!mlp_moe_names(model)) return name;
   std::string out = name;
   if (!replace(out, ".block_sparse_moe.", ".mlp.")) return name;
   if (out.find(".mlp.experts.") != std::string::npos)
@@ -40,10 +46,12 @@ std::string hf_name(const std::string& name, const recipe::ModelConfig& model) {
 }
 
 std::string trainer_name(const std::string& name, const recipe::ModelConfig& model) {
-  if (!qwen_moe_names(model)) return name;
-  // Only the router and the routed experts moved; a dense layer's mlp.gate_proj stays.
+  if (!mlp_moe_names(model)) return name;
+  // Only the router and the experts moved; a dense layer's mlp.gate_proj stays.
   std::string out = name;
-  if (out.find(".mlp.experts.") != std::string::npos) {
+  if (out.find(".mlp.shared_experts.") != std::string::npos) {
+    // the same projection names in both
+  } else if (out.find(".mlp.experts.") != std::string::npos) {
     for (const auto& [ours, theirs] : kProjections)
       if (ends_with(out, theirs)) {
         out.replace(out.size() - std::string(theirs).size(), std::string(theirs).size(), ours);

@@ -27,6 +27,14 @@ struct RankShape {
   bool tied_head = false;   // the LM head is the embedding weight, on this same rank
   bool attention_bias = false;  // q, k and v add a bias (model.attention_bias)
   bool qk_norm = false;         // per-head norms of q and k before rotary (model.qk_norm)
+  // Multi-head latent attention (model.mla): q_heads = kv_heads = this rank's heads and head_dim
+  // the core's width, qk_nope + qk_rope (the values padded to it). kv_lora 0: grouped-query
+  // attention. q_lora 0: queries projected directly.
+  struct Mla {
+    int64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0;
+    bool interleaved = false;
+    bool scaled = false;  // the queries multiplied by YaRN's mscale^2
+  } mla;
   // The sliding window of the layers being replayed (model.sliding_window), 0 for full causal
   // attention; set only when shorter than the whole sequence (training.seq_len).
   int64_t window = 0;
@@ -54,6 +62,9 @@ struct RankShape {
     bool rms_norm = false, rope = false, swiglu = false, cross_entropy = false, grad_accumulation = false;
   } fused;
 
+  bool latent_attention() const { return mla.kv_lora > 0; }
+  // The width of the rotary tables: MLA's rotary part, else the head.
+  int64_t rotary_dim() const { return latent_attention() ? mla.rope : head_dim; }
   int64_t tokens() const { return micro_batch * seq; }
   // Tokens of the norm/residual region: split across tp ranks with sequence parallelism.
   int64_t norm_tokens() const { return sequence_parallel && tp > 1 ? tokens() / tp : tokens(); }

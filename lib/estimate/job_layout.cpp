@@ -22,6 +22,15 @@ LayerParams layer_params(const recipe::Recipe& r, const ModelCounts& c, bool moe
   l.norm = 2 * H;
   l.dense = c.attention_params_per_layer / p.tp + l.norm;
   l.tensors = 6;  // q, k, v, o, two norms
+  if (r.model.mla) {
+    // The down-projections and latent norms are replicated over tp; the other projections split.
+    const auto& a = *r.model.mla;
+    const int64_t latent_norms = a.q_lora_rank.value_or(0) + a.kv_lora_rank;
+    l.norm += latent_norms;
+    l.dense = c.attention_replicated_params_per_layer +
+              (c.attention_params_per_layer - c.attention_replicated_params_per_layer) / p.tp + l.norm;
+    l.tensors = a.q_lora_rank ? 9 : 6;  // q_a, q_a norm, q_b (or q), kv_a, kv_a norm, kv_b, o, two norms
+  }
   // No weight decay (optimizer groups) for the q, k, v biases and the q/k norms either.
   if (r.model.attention_bias) {
     l.tensors += 3;
@@ -122,6 +131,13 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.attention_bias = m.attention_bias;
   sh.qk_norm = m.qk_norm;
+  if (m.mla) {
+    const auto& a = *m.mla;
+    sh.kv_heads = sh.q_heads;
+    sh.head_dim = a.qk_head_dim();
+    sh.mla = {a.q_lora_rank.value_or(0), a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim,
+              a.rope_interleave, m.mla_softmax_factor() != 1.0};
+  }
   // The windowed layers' window, where it is shorter than the sequence (model_micro_batch replays
   // them apart from the full-attention layers).
   if (m.sliding_window && *m.sliding_window < t.seq_len) sh.window = *m.sliding_window;

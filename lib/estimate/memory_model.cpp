@@ -121,7 +121,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
     sm.optimizer_step_transient = copies;
   }
-  sm.model_buffers = double(shape.head_dim / 2) * 4.0;
+  sm.model_buffers = double(shape.rotary_dim() / 2) * 4.0;
   if (zero >= 2 && data_parallel) {
     // ZeRO-2 (engine/grad_buckets.h): besides the shards, full-size bucket buffers while
     // they accumulate and while their reduce-scatter is in flight (at most two per communicator;

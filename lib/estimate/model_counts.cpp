@@ -41,6 +41,16 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
                                  + heads * head_dim * H;   // o_proj
   if (model.attention_bias) c.attention_params_per_layer += (heads + 2 * kv) * head_dim;  // q, k, v biases
   c.norm_params_per_layer = 2 * H + (model.qk_norm ? 2 * head_dim : 0);  // (and q_norm, k_norm)
+  if (model.mla) {
+    const auto& a = *model.mla;
+    const int64_t qk = a.qk_head_dim(), q_lora = a.q_lora_rank.value_or(0);
+    c.attention_replicated_params_per_layer = H * q_lora + H * (a.kv_lora_rank + a.qk_rope_head_dim);
+    c.attention_params_per_layer = c.attention_replicated_params_per_layer +
+                                   (q_lora > 0 ? q_lora : H) * heads * qk                   // q_b_proj or q_proj
+                                   + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim)  // kv_b_proj
+                                   + heads * a.v_head_dim * H;                              // o_proj
+    c.norm_params_per_layer = 2 * H + q_lora + a.kv_lora_rank;  // and q_a_layernorm, kv_a_layernorm
+  }
   c.final_norm_params = H;
   c.dense_mlp_params_per_layer = model.intermediate_size > 0 ? swiglu_params(H, model.intermediate_size) : 0;
 
@@ -113,6 +123,10 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
     c.attention_flops_per_token =
         12.0 * static_cast<double>(heads) * static_cast<double>(head_dim) * length;
   }
+  if (model.mla)  // QK^T over qk_nope + qk_rope, AV over v_head_dim (not the padding the kernels see)
+    c.attention_flops_per_token = 6.0 * static_cast<double>(L) * static_cast<double>(heads) *
+                                  static_cast<double>(model.mla->qk_head_dim() + model.mla->v_head_dim) *
+                                  static_cast<double>(seq_len);
   c.flops_per_token = c.dense_flops_per_token + c.attention_flops_per_token;
   return c;
 }

@@ -31,8 +31,10 @@ struct ModelCounts {
   // --- parameters ---
   int64_t embedding_params = 0;             // embed_tokens: V*H
   int64_t lm_head_params = 0;               // V*H, or 0 when tied to the embedding
-  int64_t attention_params_per_layer = 0;   // q, k, v, o projections (and q, k, v biases)
-  int64_t norm_params_per_layer = 0;        // input_layernorm + post_attention_layernorm: 2H
+  int64_t attention_params_per_layer = 0;   // q, k, v, o projections (and q, k, v biases); MLA's projections
+  // Of those, MLA's down-projections q_a_proj and kv_a_proj_with_mqa: replicated over tp.
+  int64_t attention_replicated_params_per_layer = 0;
+  int64_t norm_params_per_layer = 0;        // input_layernorm + post_attention_layernorm: 2H (+ q/k or latent norms)
   int64_t dense_mlp_params_per_layer = 0;   // 3*H*I (what a dense layer carries)
   int64_t expert_params = 0;                // one SwiGLU expert: 3*H*I_moe (0 without MoE)
   int64_t router_params_per_layer = 0;      // E*H (0 without MoE)

@@ -52,11 +52,16 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
   }
 }
 
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
+                          int64_t window) {
+  if (cp.size > 1)
+    return cp.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp.group, window)
+                                                      : parallel::ulysses_attention(q, k, v, *cp.group, window);
+  return parallel::causal_sdpa(q, k, v, window);
+}
+
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
-  if (cp_.size > 1)
-    return cp_.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp_.group, window_)
-                                                       : parallel::ulysses_attention(q, k, v, *cp_.group, window_);
-  return parallel::causal_sdpa(q, k, v, window_);
+  return attention_core(q, k, v, cp_, window_);
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

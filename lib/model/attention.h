@@ -16,6 +16,12 @@
 
 namespace trainer::model {
 
+// The causal attention core over this rank's part of the sequence: q [B, h, T, d], k and v
+// [B, kv, T, d] -> [B, h, T, d]; ring attention or Ulysses over the cp group when cp.size > 1.
+// `window`: sliding window in tokens, 0 for full causal attention.
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
+                          int64_t window);
+
 class Attention {
  public:
   Attention() = default;

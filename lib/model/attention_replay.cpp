@@ -98,9 +98,9 @@ void cp_forward_comm(Replay& r) {
   }
 }
 
-// Returns out; `keep_lse` false when the core runs without autograd (selective recompute): then
-// neither the log-sum-exp nor a window's mask stays.
-Id sdpa_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
+}  // namespace
+
+Id attention_core_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
   const int64_t whole = r.s.seq * r.s.cp;  // Ulysses attends over the whole sequence
   mask = window_mask(r) ? build_mask(r, whole, whole) : Timeline::kNone;
   ring_band_mask(r);
@@ -129,8 +129,7 @@ Id sdpa_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
   return out;
 }
 
-// Consumes the gradient of out and releases q, k, v, out, lse; returns dq, dk, dv.
-void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv) {
+void attention_core_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv) {
   dq = r.alloc(q_bytes(r));
   dk = r.alloc(kv_bytes(r));
   dv = r.alloc(kv_bytes(r));
@@ -171,6 +170,8 @@ void sdpa_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id&
   r.drop(a.out);
   r.drop(a.mask);
 }
+
+namespace {
 
 // model.attention_bias: q, k and v each add their bias into a new tensor (the add saves nothing);
 // the projection's output is freed.
@@ -232,7 +233,7 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
   // runs without autograd and nobody keeps its output. Otherwise the flash node saves out and
   // o_proj saves it too: out back to [s, b, heads*d] is a view (SDPA's output follows the query's
   // memory layout, [s, b, heads, d] here, on the CPU and in the CUDA kernels).
-  a.core.out = sdpa_forward(r, /*keep_lse=*/!r.core_recompute(), lse, mask);
+  a.core.out = attention_core_forward(r, /*keep_lse=*/!r.core_recompute(), lse, mask);
   a.core.lse = lse;
   a.core.mask = mask;
   if (!r.core_recompute()) {
@@ -258,7 +259,7 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
     // The core again with autograd (out and lse saved), its output o_proj's input, then o_proj's
     // gradients and the core's backward.
     Id lse = Timeline::kNone, mask = Timeline::kNone;
-    a.core.out = sdpa_forward(r, /*keep_lse=*/true, lse, mask);
+    a.core.out = attention_core_forward(r, /*keep_lse=*/true, lse, mask);
     a.core.lse = lse;
     a.core.mask = mask;
     a.o_in = a.core.out;
@@ -266,7 +267,7 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
   }
   const Id gout = linear_backward(r, go, r.T(), r.H(), qd, a.o_in, /*drop_grad=*/go != g);
   Id dq, dk, dv;
-  sdpa_backward(r, gout, a.core, dq, dk, dv);
+  attention_core_backward(r, gout, a.core, dq, dk, dv);
   Id gk = rope_backward(r, dk, kv_bytes(r));
   Id gq = rope_backward(r, dq, q_bytes(r));
   if (r.s.qk_norm) {
@@ -304,7 +305,7 @@ Id attention_nograd(Replay& r, Id x) {
   const Id qr = rope_forward(r, q, q_bytes(r));
   const Id kr = rope_forward(r, k, kv_bytes(r));
   Id lse = Timeline::kNone, mask = Timeline::kNone;
-  const Id out = sdpa_forward(r, /*keep_lse=*/false, lse, mask);
+  const Id out = attention_core_forward(r, /*keep_lse=*/false, lse, mask);
   r.drop(qr);
   r.drop(kr);
   r.drop(v);

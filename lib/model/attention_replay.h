@@ -22,6 +22,14 @@ struct AttentionSaved {
   Id mask = Timeline::kNone;  // a sliding window's [s, s] mask, where the mask path saves one
 };
 
+// --- the attention core (attention_core in attention.cpp) over this rank's shape: q [T, q_heads,
+//     head_dim], k and v [T, kv_heads, head_dim]; flash SDPA, ring or Ulysses (parallel/context) -
+// Returns out; `keep_lse` false when the core runs without autograd (selective recompute): then
+// neither the log-sum-exp nor a window's mask stays.
+Id attention_core_forward(Replay& r, bool keep_lse, Id& lse, Id& mask);
+// Consumes the gradient of out and releases q, k, v, out, lse; returns dq, dk, dv.
+void attention_core_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv);
+
 // --- attention block (attention.cpp) ------------------------------------------------------
 struct AttentionBlock {
   NormSaved norm;

@@ -84,6 +84,8 @@ at::Tensor Linear::forward_recomputed(TensorFunction f, const std::vector<at::Te
   return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{tp_.group, tp_.sp()});
 }
 
+at::Tensor Linear::forward_local(const at::Tensor& x) const { return linear(x, *param_, queue_); }
+
 std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
                                                  const InputAgain& again) {
   const Linear& first = *linears.front();
@@ -94,8 +96,11 @@ std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std:
   }
   std::vector<Parameter*> params;
   for (const Linear* l : linears) {
-    if (l->kind_ != LinearKind::Column)
-      throw std::logic_error(l->param_->name + ": only column-parallel linears share a tensor-parallel input");
+    if (l->kind_ == LinearKind::Row)
+      throw std::logic_error(l->param_->name + ": a row-parallel linear cannot share a column-parallel input");
+    if (l->kind_ == LinearKind::Replicated && l->param_->grad_group != mesh::GroupKind::TpDpCp)
+      throw std::logic_error(l->param_->name + ": a replicated linear in a tensor-parallel region needs its "
+                             "gradient summed over tp (grad_group TpDpCp)");
     params.push_back(l->param_);
   }
   require_group(first.tp_, first.param_->name);

@@ -97,7 +97,14 @@ class Linear {
   // forward(f(inputs)) keeping neither f's output nor its activations: f runs again in backward
   // (model/parallel_linear.h's recomputed_linear); a whole or row-parallel linear.
   at::Tensor forward_recomputed(TensorFunction f, const std::vector<at::Tensor>& inputs) const;
-  // Column-parallel linears over one input, with one tp communication for all of them.
+  // This rank's part alone, with no tp communication: x W^T for the local weight (a column-parallel
+  // linear's output features of this rank) whose input is already replicated over tp and whose
+  // input gradient, a partial sum, is summed over tp further back (MLA's q_b_proj and kv_b_proj,
+  // after the replicated latents).
+  at::Tensor forward_local(const at::Tensor& x) const;
+  // Column-parallel linears over one input, with one tp communication for all of them. Replicated
+  // linears may join them (MLA's latent down-projections): their weights' gradients are then
+  // partial sums over tp (Parameter::grad_group says so), as their outputs feed this rank's heads only.
   static std::vector<at::Tensor> forward_together(const at::Tensor& x, const std::vector<const Linear*>& linears,
                                                   const InputAgain& again = {});
   const at::Tensor& weight() const { return param_->tensor; }

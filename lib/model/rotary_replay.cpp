@@ -45,7 +45,7 @@ Id rope_backward(Replay& r, Id g, int64_t bytes) {
 
 RotaryTables rotary_tables(Replay& r) {
   RotaryTables tables;
-  const int64_t d = r.s.head_dim;
+  const int64_t d = r.s.rotary_dim();
   const Id positions = r.alloc(r.s.seq * kI64);
   const Id posf = r.ew(r.s.seq * kF32);
   const Id freqs = r.ew(r.s.seq * d / 2 * kF32);

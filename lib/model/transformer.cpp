@@ -20,7 +20,10 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
   const std::string prefix = fmt::format("model.layers.{}.", index);
   input_norm_ = RmsNorm(params, prefix + "input_layernorm.weight", config.hidden_size, config.rms_norm_eps, tp,
                         kernels.rms_norm);
-  attention_ = Attention(params, prefix + "self_attn.", config, tp, cp, kernels.rope, config.window_of(index));
+  if (config.mla)
+    mla_.emplace(params, prefix + "self_attn.", config, tp, cp);
+  else
+    attention_ = Attention(params, prefix + "self_attn.", config, tp, cp, kernels.rope, config.window_of(index));
   post_attention_norm_ = RmsNorm(params, prefix + "post_attention_layernorm.weight", config.hidden_size,
                                  config.rms_norm_eps, tp, kernels.rms_norm);
   if (config.is_moe_layer(index))
@@ -36,8 +39,10 @@ std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, con
   // Lean (recompute policy selective): the norms save only their input and an rsqrt per row, the
   // linears after each norm compute its output again in backward instead of saving it, and the
   // MLP recomputes its activation product.
-  const at::Tensor h = x + attention_.forward(input_norm_.forward(x, lean), cos, sin, recompute_attention_core,
-                                              lean ? input_norm_.again(x) : InputAgain());
+  const at::Tensor normed_input = input_norm_.forward(x, lean);
+  const InputAgain again = lean ? input_norm_.again(x) : InputAgain();
+  const at::Tensor h = x + (mla_ ? mla_->forward(normed_input, cos, sin, recompute_attention_core, again, lean)
+                                 : attention_.forward(normed_input, cos, sin, recompute_attention_core, again));
   const at::Tensor normed = post_attention_norm_.forward(h, lean);
   if (moe_) {
     MoeOutput out = moe_->forward(normed, token_keys);
@@ -96,8 +101,10 @@ Transformer::Transformer(const ModelOptions& options)
   for (const auto& chunk : chunks_) head_here = head_here || chunk.head;
   if (c.tie_word_embeddings && chunks_.front().embedding && !head_here) embed_.parameter().tied_across_stages = true;
   for (auto& p : params_.all()) p.fused_grad_accumulation = options.kernels.grad_accumulation;
-  rotary_ = Rotary(c.head_dim, c.rope_theta, c.rope_scaling);
-  if (c.moe && c.moe->bias_update_rate > 0) {
+  rotary_ = Rotary(c.rotary_dim(), c.rope_theta, c.rope_scaling);
+  // Sigmoid routing (DeepSeek-V3) always has its bias table, loaded from Hugging Face's
+  // e_score_correction_bias; it moves only with bias_update_rate > 0 (zeros change no choice).
+  if (c.moe && (c.moe->bias_update_rate > 0 || c.moe->scoring_func == recipe::ScoringFunc::Sigmoid)) {
     routing_bias_ = std::make_unique<RoutingBias>(c.moe->layers, c.moe->num_local_experts, options.device);
     for (size_t i = 0; i < layers_.size(); ++i)
       if (Moe* moe = layers_[i].moe()) moe->set_routing_bias(routing_bias_->row(layer_index_[i]));

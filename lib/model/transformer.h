@@ -11,6 +11,7 @@
 #include "model/attention.h"
 #include "model/fused_kernels.h"
 #include "model/layers.h"
+#include "model/mla_attention.h"
 #include "model/moe.h"
 #include "model/routing_bias.h"
 #include "model/parameter.h"
@@ -81,7 +82,8 @@ class DecoderLayer {
 
  private:
   RmsNorm input_norm_, post_attention_norm_;
-  Attention attention_;
+  Attention attention_;                // grouped-query attention, unless
+  std::optional<MlaAttention> mla_;    // model.mla: latent attention
   std::optional<SwigluMlp> mlp_;
   std::optional<Moe> moe_;
   double aux_loss_scale_ = 0, z_loss_scale_ = 0;
@@ -115,7 +117,7 @@ class Transformer {
   std::vector<std::pair<int64_t, const Moe*>> moe_layers() const;
   // Clears the MoE layers' per-step state (MoeStepState): call before each step's first forward.
   void begin_step() const;
-  // The per-expert routing biases (model.moe.bias_update_rate > 0), or null.
+  // The per-expert routing biases (model.moe.bias_update_rate > 0 or sigmoid scores), or null.
   RoutingBias* routing_bias() const { return routing_bias_.get(); }
 
   // Parameter::unit of the final norm and LM head.

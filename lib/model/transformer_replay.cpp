@@ -6,6 +6,7 @@
 #include "model/attention_replay.h"
 #include "model/layers_replay.h"
 #include "model/linear_cross_entropy_replay.h"
+#include "model/mla_attention_replay.h"
 #include "model/moe_replay.h"
 #include "model/parallel_linear_replay.h"
 #include "model/rms_norm_replay.h"
@@ -15,9 +16,27 @@ namespace trainer::model::replays {
 
 namespace {
 
+// --- the layer's attention: grouped-query (attention_replay.h) or latent (model.mla) ----------
+struct AttentionOrMla {
+  AttentionBlock gqa;
+  MlaBlock mla;
+};
+
+Id attention_forward(Replay& r, Id x, AttentionOrMla& a) {
+  return r.s.latent_attention() ? mla_attention_forward(r, x, a.mla) : replays::attention_forward(r, x, a.gqa);
+}
+
+Id attention_backward(Replay& r, Id g, AttentionOrMla& a) {
+  return r.s.latent_attention() ? mla_attention_backward(r, g, a.mla) : replays::attention_backward(r, g, a.gqa);
+}
+
+Id attention_nograd_of(Replay& r, Id x) {
+  return r.s.latent_attention() ? mla_attention_nograd(r, x) : attention_nograd(r, x);
+}
+
 // --- dense decoder layer (transformer.cpp DecoderLayer) -----------------------------------
 struct DenseLayer {
-  AttentionBlock attn;
+  AttentionOrMla attn;
   NormSaved norm2;
   Id norm2_out = Timeline::kNone;
   MlpSaved mlp;
@@ -26,7 +45,7 @@ struct DenseLayer {
 };
 
 struct MoeLayer {
-  AttentionBlock attn;
+  AttentionOrMla attn;
   NormSaved norm2;
   MoeSaved moe;
   Id norm2_out = Timeline::kNone;
@@ -67,7 +86,7 @@ Id dense_backward_inner(Replay& r, Id g, DenseLayer& l) {
 }
 
 Id dense_nograd(Replay& r, Id x) {
-  const Id h = attention_nograd(r, x);
+  const Id h = attention_nograd_of(r, x);
   const Id n2 = norm_nograd(r, h, r.Tn());
   const Id in = gather_input(r, n2);
   const Id down = mlp_nograd(r, in, r.T(), r.s.ffn);
@@ -99,7 +118,7 @@ Id moe_backward_inner(Replay& r, Id g, MoeLayer& l) {
 }
 
 Id moe_nograd(Replay& r, Id x) {
-  const Id h = attention_nograd(r, x);
+  const Id h = attention_nograd_of(r, x);
   const Id n2 = norm_nograd(r, h, r.Tn());
   const Id tokens = n2;
   const Id combined = moe_block_nograd(r, tokens);

@@ -27,11 +27,12 @@ std::vector<std::string> gpu_support_problems(const recipe::Recipe& r, const rec
                                      "kernel, which takes bf16, but training.dtype is \"{}\"; use training.dtype="
                                      "\"bf16\" or parallel.cp_method=\"ulysses\"",
                                      mesh.cp, r.training.dtype));
-    if (r.model.head_dim % 8 != 0 || r.model.head_dim > 256)
+    const int64_t head_dim = r.model.attention_head_dim();
+    if (head_dim % 8 != 0 || head_dim > 256)
       problems.push_back(fmt::format("parallel.cp={} with cp_method \"ring\" on GPUs runs the flash attention "
                                      "kernel, which takes a head size that is a multiple of 8 up to 256, but "
-                                     "model.head_dim is {}; use parallel.cp_method=\"ulysses\"",
-                                     mesh.cp, r.model.head_dim));
+                                     "the attention head size is {}{}; use parallel.cp_method=\"ulysses\"",
+                                     mesh.cp, head_dim, r.model.mla ? " (model.mla's qk_nope + qk_rope)" : " (model.head_dim)"));
   }
   return problems;
 }

@@ -28,6 +28,16 @@ const char* const kMoeFields[] = {"num_local_experts", "num_experts_per_tok", "r
 const std::set<std::string> kQwenMoeKeys = {"num_experts", "norm_topk_prob", "moe_intermediate_size",
                                             "decoder_sparse_step", "mlp_only_layers"};
 
+// DeepSeek-V3's own keys (read_deepseek); for other types they are unknown. transformers ignores
+// the training-time keys of DeepSeek's hub config (aux_loss_alpha, seq_aux, ep_size) and builds no
+// multi-token-prediction modules (num_nextn_predict_layers: their weights are dropped on load).
+const std::set<std::string> kDeepseekKeys = {
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
+    "rope_interleave", "n_routed_experts", "num_local_experts", "n_shared_experts", "moe_intermediate_size",
+    "num_experts_per_tok", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor",
+    "first_k_dense_replace", "scoring_func", "topk_method", "moe_layer_freq", "num_nextn_predict_layers",
+    "num_mtp_layers", "aux_loss_alpha", "seq_aux", "ep_size", "quantization_config"};
+
 // Keys read elsewhere in this file (RoPE, model type, the features checked below).
 const std::set<std::string> kReadKeys = {"model_type", "rope_theta", "rope_scaling", "rope_parameters",
                                          "partial_rotary_factor", "original_max_position_embeddings",
@@ -105,6 +115,64 @@ std::optional<Rope> resolve_rope(const json& hf, const std::string& key, const P
       rope.scaling["original_max_position_embeddings"] = hf["max_position_embeddings"];
   }
   return rope;
+}
+
+// DeepSeek-V3 (transformers' DeepseekV3Config defaults where a key is missing): model.mla, and the
+// layers from first_k_dense_replace on MoE with sigmoid scores, expert groups, shared experts and
+// routed_scaling_factor. transformers trains it without a load-balancing loss and without updating
+// the routing biases, so router_aux_loss_coef and bias_update_rate are 0 (set them in the recipe to
+// train as DeepSeek did).
+void read_deepseek(const json& hf, json& model, const Problem& problem) {
+  json mla = json::object();
+  mla["q_lora_rank"] = hf.value("q_lora_rank", json(1536));
+  mla["kv_lora_rank"] = hf.value("kv_lora_rank", json(512));
+  mla["qk_nope_head_dim"] = hf.value("qk_nope_head_dim", json(128));
+  mla["qk_rope_head_dim"] = hf.value("qk_rope_head_dim", json(64));
+  mla["v_head_dim"] = hf.value("v_head_dim", json(128));
+  mla["rope_interleave"] = hf.value("rope_interleave", json(true));
+  if (mla["rope_interleave"].is_null()) mla["rope_interleave"] = true;
+  if (hf.contains("qk_head_dim") && mla["qk_nope_head_dim"].is_number_integer() &&
+      mla["qk_rope_head_dim"].is_number_integer() &&
+      hf["qk_head_dim"] != json(mla["qk_nope_head_dim"].get<int64_t>() + mla["qk_rope_head_dim"].get<int64_t>()))
+    problem(fmt::format("qk_head_dim {} is not qk_nope_head_dim + qk_rope_head_dim ({} + {})",
+                        describe_json(hf["qk_head_dim"]), describe_json(mla["qk_nope_head_dim"]),
+                        describe_json(mla["qk_rope_head_dim"])));
+  model["mla"] = mla;
+  model.erase("head_dim");  // transformers writes qk_rope_head_dim there; MLA's widths are model.mla's
+  if (hf.contains("quantization_config") && !hf["quantization_config"].is_null())
+    problem("quantization_config is set: the weights are quantized (DeepSeek-V3's FP8 release); trainer reads "
+            "floating-point weights: dequantize them to bf16 first and remove quantization_config");
+  for (const auto& [key, expected] : {std::pair<const char*, json>{"scoring_func", "sigmoid"},
+                                      {"topk_method", "noaux_tc"}, {"moe_layer_freq", 1}})
+    if (hf.contains(key) && hf[key] != expected)
+      problem(fmt::format("{} {} is not supported; expected {} (DeepSeek-V3's routing, as transformers runs it)", key,
+                          describe_json(hf[key]), describe_json(expected)));
+  const json experts = hf.value("n_routed_experts", hf.value("num_local_experts", json(256)));
+  if (experts.is_null()) return;  // a dense model
+  json moe = json::object();
+  moe["num_local_experts"] = experts;
+  moe["num_shared_experts"] = hf.value("n_shared_experts", json(1));
+  if (moe["num_shared_experts"].is_null()) moe["num_shared_experts"] = 0;
+  moe["moe_intermediate_size"] = hf.value("moe_intermediate_size", json(2048));
+  moe["num_experts_per_tok"] = hf.value("num_experts_per_tok", json(8));
+  moe["n_group"] = hf.value("n_group", json(8));
+  moe["topk_group"] = hf.value("topk_group", json(4));
+  moe["norm_topk_prob"] = hf.value("norm_topk_prob", json(true));
+  moe["routed_scaling_factor"] = hf.value("routed_scaling_factor", json(2.5));
+  moe["scoring_func"] = "sigmoid";
+  moe["router_aux_loss_coef"] = 0.0;
+  const json first = hf.value("first_k_dense_replace", json(3));
+  const json layer_count = hf.value("num_hidden_layers", json(61));
+  const int64_t layers = layer_count.is_number_integer() ? layer_count.get<int64_t>() : 0;
+  if (!first.is_number_integer() || first.get<int64_t>() < 0) {
+    problem(fmt::format("first_k_dense_replace {} is not supported; expected an integer >= 0", describe_json(first)));
+    return;
+  }
+  json moe_layers = json::array();
+  for (int64_t l = first.get<int64_t>(); l < std::min(layers, kMaxHiddenLayers); ++l) moe_layers.push_back(l);
+  if (moe_layers.empty()) return;  // every layer dense
+  if (int64_t(moe_layers.size()) != layers) moe["layers"] = moe_layers;
+  model["moe"] = moe;
 }
 
 // Fills model.rope_theta and model.rope_scaling from whichever layout the file uses.
@@ -255,12 +323,13 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
   const json& type_json = hf.contains("model_type") ? hf["model_type"] : json("llama");
   const std::string model_type = type_json.is_string() ? type_json.get<std::string>() : describe_json(type_json);
   if (!type_json.is_string())
-    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe", model_type,
-                        json_type_name(type_json)));
+    problem(fmt::format("model_type {} is {}; expected a string: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe "
+                        "or deepseek_v3", model_type, json_type_name(type_json)));
   else if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && model_type != "qwen2" &&
-           model_type != "qwen3" && model_type != "qwen3_moe")
-    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral, qwen2, qwen3 or "
-                        "qwen3_moe (write the model section by hand for other architectures)", model_type));
+           model_type != "qwen3" && model_type != "qwen3_moe" && model_type != "deepseek_v3")
+    problem(fmt::format("model_type \"{}\" is not supported; expected llama, mistral, mixtral, qwen2, qwen3, "
+                        "qwen3_moe or deepseek_v3 (write the model section by hand for other architectures)",
+                        model_type));
   check_unsupported(hf, model_type, problem);
 
   json model = json::object();
@@ -274,7 +343,9 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
     // Qwen3Config's head_dim defaults to 128, not hidden_size / num_attention_heads.
     if (!hf.contains("head_dim") || hf["head_dim"].is_null()) model["head_dim"] = 128;
   }
-  if (model_type == "qwen3_moe") {
+  if (model_type == "deepseek_v3") {
+    read_deepseek(hf, model, problem);
+  } else if (model_type == "qwen3_moe") {
     // Qwen3-MoE: Qwen3's attention (q/k norms; head_dim hidden / heads unless given, as
     // Qwen3MoeAttention reads it), experts of moe_intermediate_size, dense layers of
     // intermediate_size where mlp_only_layers or decoder_sparse_step say, top-k probabilities
@@ -324,7 +395,8 @@ nlohmann::json read_hf_config(const std::string& path, std::vector<std::string>&
     const bool read = kReadKeys.count(key) || std::find(std::begin(kModelFields), std::end(kModelFields), key) !=
                                                   std::end(kModelFields);
     const bool moe_key = std::find(std::begin(kMoeFields), std::end(kMoeFields), key) != std::end(kMoeFields) ||
-                         (model_type == "qwen3_moe" && kQwenMoeKeys.count(key));
+                         (model_type == "qwen3_moe" && kQwenMoeKeys.count(key)) ||
+                         (model_type == "deepseek_v3" && kDeepseekKeys.count(key));
     if (!read && !moe_key && !kHarmlessKeys.count(key)) unknown.push_back(key);
   }
   if (!unknown.empty() && warnings) {

@@ -151,6 +151,42 @@ struct MoeConfig {
   }
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank latent, keys
+// and values from one shared latent per token, a rotary part of the key shared by all heads.
+struct MlaConfig {
+  std::optional<int64_t> q_lora_rank;  // null: queries projected directly from the hidden state
+  int64_t kv_lora_rank = 512;
+  int64_t qk_nope_head_dim = 128;
+  int64_t qk_rope_head_dim = 64;
+  int64_t v_head_dim = 128;
+  bool rope_interleave = true;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("q_lora_rank", &MlaConfig::q_lora_rank, at_least(1),
+        "Width of the query latent: q_a_proj (hidden -> q_lora_rank), its RMSNorm q_a_layernorm, then "
+        "q_b_proj to the heads (DeepSeek-V3: 1536). null: one projection q_proj from the hidden state "
+        "(DeepSeek-V2-Lite).");
+    t.key("kv_lora_rank", &MlaConfig::kv_lora_rank, at_least(1),
+        "Width of the key/value latent: kv_a_proj_with_mqa (hidden -> kv_lora_rank + qk_rope_head_dim), "
+        "RMSNorm kv_a_layernorm over the latent, kv_b_proj to each head's key (nope part) and value. The "
+        "widths' defaults are DeepSeek-V2's and V3's.");
+    t.key("qk_nope_head_dim", &MlaConfig::qk_nope_head_dim, at_least(1),
+        "Per-head query/key dimensions without rotary embedding.");
+    t.key("qk_rope_head_dim", &MlaConfig::qk_rope_head_dim, at_least(2),
+        "Per-head query/key dimensions with rotary embedding (even); the key's are shared by all "
+        "heads. The rotary tables are over this width.");
+    t.key("v_head_dim", &MlaConfig::v_head_dim, at_least(1),
+        "Per-head value width (at most qk_nope_head_dim + qk_rope_head_dim); o_proj reads heads x v_head_dim.");
+    t.key("rope_interleave", &MlaConfig::rope_interleave, any(),
+        "The rotary dimensions are pairs (x0, x1), (x2, x3), ... as DeepSeek lays them out "
+        "(transformers' rope_interleave); false: the two halves (Llama's convention).");
+  }
+};
+
 struct ModelConfig {
   std::optional<std::string> hf_config;
   std::optional<std::string> init_from;
@@ -181,10 +217,19 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double initializer_range = 0.02;
   std::optional<MoeConfig> moe;
+  std::optional<MlaConfig> mla;
 
   bool is_moe_layer(int64_t layer) const;
   // The attention window of `layer` in tokens (itself included), or 0 for full causal attention.
   int64_t window_of(int64_t layer) const;
+  // The width the rotary tables cover: model.mla's qk_rope_head_dim, else head_dim.
+  int64_t rotary_dim() const { return mla ? mla->qk_rope_head_dim : head_dim; }
+  // The head width the attention core sees: model.mla's qk_nope + qk_rope (values padded to it),
+  // else head_dim.
+  int64_t attention_head_dim() const { return mla ? mla->qk_head_dim() : head_dim; }
+  // With model.mla, the softmax scale's factor over 1/sqrt(qk_head_dim): YaRN's (0.1
+  // mscale_all_dim ln(factor) + 1)^2 as DeepSeek applies it (transformers' yarn_apply_mscale), else 1.
+  double mla_softmax_factor() const;
 
   // The keys of this section (field.h).
   template <class Table>
@@ -252,6 +297,10 @@ struct ModelConfig {
     t.section("moe", &ModelConfig::moe,
         "Mixture of experts in the feed-forward layers; null: a dense model. See "
         "[model.moe](#modelmoe).");
+    t.section("mla", &ModelConfig::mla,
+        "Multi-head latent attention (DeepSeek-V2/V3) instead of grouped-query attention; null: "
+        "grouped-query attention. `model.head_dim` and `model.num_key_value_heads` are then unused "
+        "(every head has its own key and value). See [model.mla](#modelmla).");
   }
 };
 

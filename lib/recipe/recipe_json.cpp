@@ -1,5 +1,7 @@
 #include "recipe/recipe_json.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +36,14 @@ int64_t ModelConfig::window_of(int64_t layer) const {
   for (auto l : sliding_window_layers)
     if (l == layer) return *sliding_window;
   return 0;
+}
+
+double ModelConfig::mla_softmax_factor() const {
+  if (!mla || !rope_scaling) return 1.0;
+  const double all_dim = rope_scaling->mscale_all_dim.value_or(0.0), factor = rope_scaling->factor;
+  if (all_dim == 0 || factor <= 1) return 1.0;
+  const double mscale = 0.1 * all_dim * std::log(factor) + 1.0;
+  return mscale * mscale;
 }
 
 namespace {

@@ -57,6 +57,13 @@ class Checker {
       bound("model.moe.num_shared_experts", m.moe->num_shared_experts);
       bound("model.moe.moe_intermediate_size", m.moe->moe_intermediate_size);
     }
+    if (m.mla) {
+      if (m.mla->q_lora_rank) bound("model.mla.q_lora_rank", *m.mla->q_lora_rank);
+      bound("model.mla.kv_lora_rank", m.mla->kv_lora_rank);
+      bound("model.mla.qk_nope_head_dim", m.mla->qk_nope_head_dim);
+      bound("model.mla.qk_rope_head_dim", m.mla->qk_rope_head_dim);
+      bound("model.mla.v_head_dim", m.mla->v_head_dim);
+    }
     if (problems.size() == before && approximate_parameters(m) > kMaxParameters)
       add("the model has about {:.3g} parameters, more than the {:.3g} (2^50) trainer accepts: at 16 bytes per "
           "parameter for weights, gradients and optimizer states they need more memory than 100,000 GPUs of 80 GB "
@@ -68,7 +75,8 @@ class Checker {
   void model_rules() {
     const auto& m = r_.model;
     const auto& p = r_.parallel;
-    if (auto problem = head_dim_problem(m.head_dim)) problems.push_back(*problem);
+    if (!m.mla)  // with MLA head_dim is unused (model.mla's widths)
+      if (auto problem = head_dim_problem(m.head_dim)) problems.push_back(*problem);
     if (m.num_attention_heads % m.num_key_value_heads != 0)
       add("model.num_attention_heads={} is not a multiple of model.num_key_value_heads={} (each key/value head "
           "serves a whole group of query heads); use num_key_value_heads in {}",
@@ -85,6 +93,7 @@ class Checker {
       add("model.intermediate_size={} is not divisible by parallel.tp={} (the MLP is split by columns); use tp "
           "in {}",
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
+    if (m.mla) mla_rules();
     {
       std::set<int64_t> seen;
       for (auto layer : m.sliding_window_layers) {
@@ -125,6 +134,28 @@ class Checker {
         m.rope_scaling->low_freq_factor >= m.rope_scaling->high_freq_factor)
       add("model.rope_scaling.low_freq_factor={} must be below model.rope_scaling.high_freq_factor={}",
           m.rope_scaling->low_freq_factor, m.rope_scaling->high_freq_factor);
+  }
+
+  // Multi-head latent attention: what it is built with.
+  void mla_rules() {
+    const auto& m = r_.model;
+    const auto& a = *m.mla;
+    if (m.attention_bias)
+      add("model.attention_bias=true is not built with model.mla (DeepSeek-V3 has none): set it to false");
+    if (m.qk_norm) add("model.qk_norm=true is not built with model.mla (its latents have their own norms): set it to false");
+    if (m.sliding_window)
+      add("model.sliding_window={} is not built with model.mla: set it to null", *m.sliding_window);
+    if (a.qk_rope_head_dim % 2 != 0)
+      add("model.mla.qk_rope_head_dim={} is odd; the rotary embedding turns pairs of dimensions: use an even width",
+          a.qk_rope_head_dim);
+    if (a.v_head_dim > a.qk_head_dim())
+      add("model.mla.v_head_dim={} exceeds qk_nope_head_dim + qk_rope_head_dim = {} (values are padded to the "
+          "query/key width for the attention kernels, never the other way): use v_head_dim <= {}",
+          a.v_head_dim, a.qk_head_dim(), a.qk_head_dim());
+    if (m.num_key_value_heads != m.num_attention_heads)
+      add("model.num_key_value_heads={} with model.mla: latent attention gives every query head its own key and "
+          "value; set it to null or to model.num_attention_heads={}",
+          m.num_key_value_heads, m.num_attention_heads);
   }
 
   void moe_rules() {
@@ -365,7 +396,12 @@ std::optional<std::string> size_bound_problem(const std::string& key, int64_t va
       {"model.rope_scaling.original_max_position_embeddings", kMaxPositions},
       {"model.moe.num_local_experts", kMaxExperts},
       {"model.moe.num_shared_experts", kMaxExperts},
-      {"model.moe.moe_intermediate_size", kMaxIntermediateSize}};
+      {"model.moe.moe_intermediate_size", kMaxIntermediateSize},
+      {"model.mla.q_lora_rank", kMaxHiddenSize},
+      {"model.mla.kv_lora_rank", kMaxHiddenSize},
+      {"model.mla.qk_nope_head_dim", kMaxHeadDim},
+      {"model.mla.qk_rope_head_dim", kMaxHeadDim},
+      {"model.mla.v_head_dim", kMaxHeadDim}};
   const auto it = bounds.find(key);
   if (it == bounds.end() || value <= it->second) return std::nullopt;
   return fmt::format("{}={} exceeds the largest size trainer accepts, {} (8x or more the largest published model's; "
@@ -384,7 +420,15 @@ std::optional<std::string> head_dim_problem(int64_t head_dim) {
 double approximate_parameters(const ModelConfig& m) {
   const double hidden = double(m.hidden_size), head_dim = double(m.head_dim);
   const double heads = double(m.num_attention_heads), kv_heads = double(m.num_key_value_heads);
-  const double attention = hidden * head_dim * (heads + 2 * kv_heads) + heads * head_dim * hidden;
+  double attention = hidden * head_dim * (heads + 2 * kv_heads) + heads * head_dim * hidden;
+  if (m.mla) {
+    const auto& a = *m.mla;
+    const double qk = double(a.qk_head_dim()), q_latent = double(a.q_lora_rank.value_or(0));
+    attention = (a.q_lora_rank ? hidden * q_latent + q_latent * heads * qk : hidden * heads * qk) +
+                hidden * double(a.kv_lora_rank + a.qk_rope_head_dim) +
+                double(a.kv_lora_rank) * heads * double(a.qk_nope_head_dim + a.v_head_dim) +
+                heads * double(a.v_head_dim) * hidden;
+  }
   double moe_layers = 0, expert_mlps = 0;
   if (m.moe) {
     moe_layers = double(m.moe->layers.size());

@@ -5,7 +5,8 @@
 namespace trainer::train {
 
 void RoutingBiasUpdate::after_step(StepEnd& end) {
-  if (model::RoutingBias* bias = model_.routing_bias()) bias->update(end.figures.moe_load, recipe_.model.moe->bias_update_rate);
+  const double rate = recipe_.model.moe ? recipe_.model.moe->bias_update_rate : 0.0;
+  if (model::RoutingBias* bias = model_.routing_bias(); bias && rate > 0) bias->update(end.figures.moe_load, rate);
 }
 
 }  // namespace trainer::train

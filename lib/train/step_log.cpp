@@ -105,15 +105,16 @@ void StepLog::print_opening(const data::Dataset& dataset, const std::string& opt
   const bool ulysses = cp > 1 && r.parallel.cp_method == recipe::CpMethod::Ulysses;
   const int64_t split = ulysses ? tp * cp : tp;
   const int64_t heads = r.model.num_attention_heads / split, kv = std::max<int64_t>(1, r.model.num_key_value_heads / split);
+  const int64_t head_dim = r.model.attention_head_dim();
   if (cp > 1 && !ulysses) {
     say(fmt::format("attention: ring over cp {} ({} query / {} key-value heads of {} per rank)", cp, heads, kv,
-                    r.model.head_dim));
+                    head_dim));
   } else {
     const auto dtype = r.training.dtype == recipe::Precision::BF16 ? at::kBFloat16 : at::kFloat;
     say(fmt::format("attention: {}scaled_dot_product_attention on ATen's {} kernel ({} query / {} key-value heads of {} "
                     "per rank, {})",
                     ulysses ? fmt::format("Ulysses over cp {}, then ", cp) : "",
-                    model::sdpa_backend(device_, dtype, heads, kv, r.model.head_dim), heads, kv, r.model.head_dim,
+                    model::sdpa_backend(device_, dtype, heads, kv, head_dim), heads, kv, head_dim,
                     r.training.dtype));
   }
   // Which fused kernels run (training.fused_kernels): on a CUDA device only.

@@ -154,6 +154,27 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
   checkpoint::read_hf_weights(
       dir, [&](const std::string& name, const at::Tensor& t) { weights[checkpoint::trainer_name(name, config)] = t; });
   at::NoGradGuard no_grad;
+  // DeepSeek-V3's routing biases (e_score_correction_bias) are the model's routing bias table.
+  if (config.moe && checkpoint::mlp_moe_names(config))
+    for (const int64_t layer : config.moe->layers) {
+      const auto it = weights.find(checkpoint::routing_bias_name(layer));
+      if (it == weights.end()) continue;  // zeros, as transformers initialises them
+      model::RoutingBias* bias = model.routing_bias();
+      const at::Tensor value = it->second.to(at::kFloat);
+      if (!bias) {
+        if (value.count_nonzero().item<int64_t>() != 0)
+          throw UserError(fmt::format("{}: {} is not zero, but the recipe's model keeps no routing bias; set "
+                                      "model.moe.scoring_func=\"sigmoid\" (DeepSeek-V3) or bias_update_rate > 0",
+                                      dir, it->first));
+      } else {
+        at::Tensor row = bias->row(layer);
+        if (value.sizes() != row.sizes())
+          throw UserError(fmt::format("{}: {} has shape [{}] but the recipe's model has {} experts", dir, it->first,
+                                      fmt::join(value.sizes().vec(), ", "), row.size(0)));
+        row.copy_(value);
+      }
+      weights.erase(it);
+    }
   int64_t count = 0;
   // Tensors the model has no parameter for mean another model (more layers, untied head, ...):
   // loading the rest would silently train something else. Old exports carry rotary buffers.

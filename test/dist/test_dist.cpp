@@ -307,7 +307,7 @@ TEST_CASE("dist: evaluation gives the same held-out loss at DP=1 - DP=2 and thro
   CHECK(losses[0][1] < losses[0][0]);  // it learns
 }
 
-TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp equal the whole model in fp64 at tp 2 3 and 4", "[dist][tp]") {
+TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp equal the whole model in fp64 at tp 2 3 and 4 - grouped-query and latent attention", "[dist][tp]") {
   const std::string worker = std::string(TRAINER_BINARY_DIR) + "/tp_model_worker";
   struct Case {
     int tp;
@@ -324,7 +324,8 @@ TEST_CASE("dist: tensor-parallel operators and the tp model with and without sp 
                         " & pids+=($!); done; rc=0; for p in ${pids[@]}; do wait $p || rc=1; done; exit $rc");
     INFO("tp " << tp << " tied " << c.tied << " sp " << c.sp << " divisor " << c.vocab_divisor << "\n" << r.out << r.err);
     CHECK(r.exit_code == 0);
-    CHECK(r.out.find("gradients match") != std::string::npos);
+    CHECK(r.out.find("gqa with biases, q/k norms and a window: tp") != std::string::npos);
+    CHECK(r.out.find("latent attention: tp") != std::string::npos);
   }
 }
 
@@ -483,6 +484,14 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
   };
   const std::string kQwen3Moe =
       " --set model.qk_norm=true --set model.moe.norm_topk_prob=false --set 'model.moe.layers=[1,2,3]'";
+  // DeepSeek-V3-shaped: latent attention (a query latent, rotary pairs interleaved, values narrower
+  // than queries and keys), layer 0 dense, sigmoid scores in 2 groups, a shared expert, scaled
+  // weights, routing biases that move every step.
+  const std::string kDeepseek =
+      " --set model.num_key_value_heads=4 --set 'model.mla={\"q_lora_rank\": 24, \"kv_lora_rank\": 20, "
+      "\"qk_nope_head_dim\": 14, \"qk_rope_head_dim\": 6, \"v_head_dim\": 18}' --set 'model.moe.layers=[1,2,3]'"
+      " --set model.moe.scoring_func=sigmoid --set model.moe.n_group=2 --set model.moe.num_shared_experts=1"
+      " --set model.moe.routed_scaling_factor=2.5 --set model.moe.bias_update_rate=0.01";
   // tiny-moe: 4 experts, top-2, 4 layers here; the MoE loss per micro-batch as in one process.
   // (ep 2 x edp 2 with ZeRO-1 runs in the 5-D test and in ZeRO-2's "ep2 edp2 moe".)
   const std::vector<Case> cases = {
@@ -520,6 +529,10 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       {"tp2 sp etp2 ep2 shared expert", 4, " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=2",
        " --set model.moe.num_shared_experts=1"},
       {"dp4 etp2 ep2 zero1 qwen3-moe", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", kQwen3Moe},
+      // DeepSeek-V3 under tp x pp x ep (the experts folded over the tp pair) and under cp with ZeRO-1.
+      {"tp2 sp pp2 ep2 deepseek-v3", 4, kTpSp + " --set parallel.pp=2 --set parallel.ep=2", kDeepseek},
+      {"cp2 ring dp2 ep4 zero1 deepseek-v3", 4, " --set parallel.cp=2 --set parallel.ep=4 --set parallel.zero=1",
+       kDeepseek},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {

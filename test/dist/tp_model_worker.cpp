@@ -71,6 +71,60 @@ void check_operators(comm::Communicator& tp) {
   expect_close(x.grad(), want, "scatter_to_sp backward");
 }
 
+// The whole model and its tp-sharded copy (fp64) on the same tokens: equal loss, and every
+// gradient equal to the whole model's slice once the replicated ones are summed over tp.
+void check_model(const recipe::ModelConfig& c, comm::Communicator& tp, bool sp, const char* label) {
+  model::ModelOptions options;
+  options.config = c;
+  options.seed = 9;
+  options.dtype = at::kDouble;
+  model::Transformer whole(options);
+  options.tp = {tp.rank(), tp.size(), &tp, sp};
+  model::Transformer sharded(options);
+
+  // 12 positions: sequence parallelism splits them 2, 3 or 4 ways.
+  at::Tensor tokens = at::randint(c.vocab_size, {2, 13}, at::make_generator<at::CPUGeneratorImpl>(4),
+                                  at::TensorOptions().dtype(at::kLong));
+  at::Tensor targets = tokens.narrow(1, 1, 12).clone();
+  targets.index_put_({0, 3}, model::kIgnoreIndex);  // an ignored target
+  const at::Tensor inputs = tokens.narrow(1, 0, 12);
+  const auto full = whole.forward(inputs, targets);
+  const auto part = sharded.forward(inputs, targets);
+  expect_close(part.loss_sum.to(at::kDouble), full.loss_sum.to(at::kDouble), "loss");
+  full.loss_sum.backward();
+  part.loss_sum.backward();
+  int64_t over_tp = 0, padding_rows = 0;
+  for (const auto& p : sharded.parameters().all()) {
+    const model::Parameter* q = whole.parameters().find(p.name);
+    if (!q) throw std::runtime_error("no parameter " + p.name + " in the whole model");
+    // Summed over tp: the norms sequence parallelism leaves replicated, the q/k norms always, and
+    // MLA's replicated down-projections and latent norms always.
+    const bool per_head_work = p.name.find("q_norm") != std::string::npos || p.name.find("k_norm") != std::string::npos ||
+                               p.name.find("_a_proj") != std::string::npos || p.name.find("_a_layernorm") != std::string::npos;
+    if ((p.grad_group == mesh::GroupKind::TpDpCp) != ((sp && p.shards.empty()) || per_head_work))
+      throw std::runtime_error(p.name + ": reduced over tp exactly when it is replicated and sees part of the work");
+    if (p.grad_group == mesh::GroupKind::TpDpCp) {
+      tp.all_reduce(p.tensor.mutable_grad(), comm::ReduceOp::Sum)->wait();
+      ++over_tp;
+    }
+    at::Tensor expected = q->real_part(q->grad());
+    for (const auto& shard : p.shards) expected = expected.narrow(shard.dim, shard.offset, shard.length);
+    expect_close(p.real_part(p.grad()), expected, "gradient of " + p.name);
+    // Padding rows stay zero: no gradient reaches them.
+    const int64_t padding = p.shards.empty() ? 0 : p.shards[0].padding;
+    if (padding > 0 && !at::equal(p.grad().narrow(0, p.shards[0].length, padding),
+                                  at::zeros_like(p.grad().narrow(0, p.shards[0].length, padding))))
+      throw std::runtime_error(p.name + ": padding rows have a gradient");
+    padding_rows += padding;
+  }
+  std::printf(
+      "rank %lld: %s: tp %lld tied %d sp %d vocab %lld padded to %lld: loss %.12g, %zu gradients match (%lld summed "
+      "over tp, %lld padding rows)\n",
+      (long long)tp.rank(), label, (long long)tp.size(), int(c.tie_word_embeddings), int(sp), (long long)c.vocab_size,
+      (long long)c.padded_vocab_size(tp.size()), part.loss_sum.item<double>(), sharded.parameters().all().size(),
+      (long long)over_tp, (long long)padding_rows);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,53 +164,30 @@ int main(int argc, char** argv) {
     c.qk_norm = true;
     c.sliding_window = 5;
     c.sliding_window_layers = {1};
-    model::ModelOptions options;
-    options.config = c;
-    options.seed = 9;
-    options.dtype = at::kDouble;
-    model::Transformer whole(options);
-    options.tp = {tp.rank(), tp.size(), &tp, sp};
-    model::Transformer sharded(options);
-
-    // 12 positions: sequence parallelism splits them 2, 3 or 4 ways.
-    at::Tensor tokens = at::randint(c.vocab_size, {2, 13}, at::make_generator<at::CPUGeneratorImpl>(4),
-                                    at::TensorOptions().dtype(at::kLong));
-    at::Tensor targets = tokens.narrow(1, 1, 12).clone();
-    targets.index_put_({0, 3}, model::kIgnoreIndex);  // an ignored target
-    const at::Tensor inputs = tokens.narrow(1, 0, 12);
-    const auto full = whole.forward(inputs, targets);
-    const auto part = sharded.forward(inputs, targets);
-    expect_close(part.loss_sum.to(at::kDouble), full.loss_sum.to(at::kDouble), "loss");
-    full.loss_sum.backward();
-    part.loss_sum.backward();
-    int64_t over_tp = 0, padding_rows = 0;
-    for (const auto& p : sharded.parameters().all()) {
-      const model::Parameter* q = whole.parameters().find(p.name);
-      if (!q) throw std::runtime_error("no parameter " + p.name + " in the whole model");
-      // Summed over tp: the norms sequence parallelism leaves replicated, and the q/k norms always.
-      const bool qk_norm = p.name.find("q_norm") != std::string::npos || p.name.find("k_norm") != std::string::npos;
-      if ((p.grad_group == mesh::GroupKind::TpDpCp) != ((sp && p.shards.empty()) || qk_norm))
-        throw std::runtime_error(p.name + ": reduced over tp exactly when it is replicated and sees part of the work");
-      if (p.grad_group == mesh::GroupKind::TpDpCp) {
-        tp.all_reduce(p.tensor.mutable_grad(), comm::ReduceOp::Sum)->wait();
-        ++over_tp;
-      }
-      at::Tensor expected = q->real_part(q->grad());
-      for (const auto& shard : p.shards) expected = expected.narrow(shard.dim, shard.offset, shard.length);
-      expect_close(p.real_part(p.grad()), expected, "gradient of " + p.name);
-      // Padding rows stay zero: no gradient reaches them.
-      const int64_t padding = p.shards.empty() ? 0 : p.shards[0].padding;
-      if (padding > 0 && !at::equal(p.grad().narrow(0, p.shards[0].length, padding),
-                                    at::zeros_like(p.grad().narrow(0, p.shards[0].length, padding))))
-        throw std::runtime_error(p.name + ": padding rows have a gradient");
-      padding_rows += padding;
-    }
-    std::printf(
-        "rank %lld: tp %lld tied %d sp %d vocab %lld padded to %lld: loss %.12g, %zu gradients match (%lld summed over "
-        "tp, %lld padding rows)\n",
-        (long long)tp.rank(), (long long)tp.size(), int(tied), int(sp), (long long)c.vocab_size,
-        (long long)c.padded_vocab_size(world), part.loss_sum.item<double>(), sharded.parameters().all().size(),
-        (long long)over_tp, (long long)padding_rows);
+    check_model(c, tp, sp, "gqa with biases, q/k norms and a window");
+    // DeepSeek's latent attention: heads split, the down-projections and latent norms replicated
+    // (their gradients summed over tp), YaRN's softmax scale; with the tied embedding, no query latent.
+    recipe::ModelConfig mla = c;
+    mla.attention_bias = false;
+    mla.qk_norm = false;
+    mla.sliding_window.reset();
+    mla.sliding_window_layers.clear();
+    mla.num_key_value_heads = mla.num_attention_heads;
+    mla.mla = recipe::MlaConfig{};
+    mla.mla->q_lora_rank = tied ? std::nullopt : std::optional<int64_t>(7);
+    mla.mla->kv_lora_rank = 6;
+    mla.mla->qk_nope_head_dim = 3;
+    mla.mla->qk_rope_head_dim = 4;
+    mla.mla->v_head_dim = 5;
+    mla.mla->rope_interleave = !tied;
+    recipe::RopeScaling yarn;
+    yarn.rope_type = recipe::RopeType::Yarn;
+    yarn.factor = 2.0;
+    yarn.original_max_position_embeddings = 8;
+    yarn.mscale = 1.0;
+    yarn.mscale_all_dim = 1.0;
+    mla.rope_scaling = yarn;
+    check_model(mla, tp, sp, "latent attention");
     groups.world().barrier();
     return 0;
   } catch (const std::exception& e) {

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
     if (mode == "--checkpoint") {
       const checkpoint::LoadedCheckpoint ck(dir);
       for (auto& p : model.parameters().all()) p.tensor.detach().copy_(ck.read(p.name));
+      // The routing biases the checkpoint carries (bias balancing, DeepSeek-V3's sigmoid routing).
+      const auto& extra = ck.manifest().at("extra");
+      if (model.routing_bias() && extra.contains("moe_routing_bias")) model.routing_bias()->load(extra.at("moe_routing_bias"));
     } else {
       train::load_hf_weights(dir, model);  // what model.init_from does
     }

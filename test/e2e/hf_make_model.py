@@ -13,7 +13,14 @@ usage: hf_make_model.py OUT_DIR VARIANT
                    context of 32)
           qwen3_moe: Qwen3-MoE, q/k norms, head_dim 16, 5 experts of width 40, top-3 without
                    renormalisation (norm_topk_prob false), layer 0 dense (mlp_only_layers)
-  Every variant has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12 (qwen3: 16).
+          deepseek_v3: DeepSeek-V3, latent attention (q_lora_rank 28, kv_lora_rank 20, qk 14 + 8 rotary
+                   interleaved, v 10), YaRN (factor 4, mscale 1, mscale_all_dim 0.7: the softmax scale
+                   and the attention factor both differ from 1), layer 0 dense, layer 1 MoE: 8 experts
+                   in 4 groups, top-3 of the best 2 groups, sigmoid scores, one shared expert, routed
+                   scaling 2.5, routing biases drawn at random (transformers initialises them to zero)
+          deepseek_v3_dense: DeepSeek-V3 without a query latent (q_lora_rank null), rotary halves
+                   (rope_interleave false), plain RoPE, both layers dense (first_k_dense_replace 2)
+  Every variant but DeepSeek's has 6 query heads over 2 key/value heads (a GQA group of 3) and head_dim 12 (qwen3: 16).
 Writes OUT_DIR/new (as transformers 5 saves it: rope_parameters) and OUT_DIR/old (the same weights,
 the config rewritten in transformers 4's layout: top-level rope_theta and rope_scaling)."""
 import json
@@ -52,12 +59,28 @@ elif variant == "qwen3_moe":
     config = transformers.Qwen3MoeConfig(**common, rope_theta=1e6, num_experts=5, num_experts_per_tok=3,
                                          moe_intermediate_size=40, norm_topk_prob=False, mlp_only_layers=[0],
                                          decoder_sparse_step=1)
+elif variant in ("deepseek_v3", "deepseek_v3_dense"):
+    common["num_key_value_heads"] = 6  # latent attention: every head its own key and value
+    del common["head_dim"]
+    dense = variant == "deepseek_v3_dense"
+    rope = {"rope_type": "default", "rope_theta": 10000.0} if dense else {
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+        "mscale": 1.0, "mscale_all_dim": 0.7, "beta_fast": 32.0, "beta_slow": 1.0}
+    config = transformers.DeepseekV3Config(**common, q_lora_rank=None if dense else 28, kv_lora_rank=20,
+                                           qk_nope_head_dim=14, qk_rope_head_dim=8, v_head_dim=10,
+                                           rope_interleave=not dense, n_routed_experts=8, n_shared_experts=1,
+                                           moe_intermediate_size=40, num_experts_per_tok=3, n_group=4, topk_group=2,
+                                           norm_topk_prob=True, routed_scaling_factor=2.5,
+                                           first_k_dense_replace=2 if dense else 1, rope_parameters=rope)
 elif variant == "mixtral":
     config = transformers.MixtralConfig(**common, rope_theta=20000.0, num_local_experts=4, num_experts_per_tok=2)
 else:
     sys.exit(f"unknown variant {variant}")
 model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 with torch.no_grad():
+    for name, buffer in model.named_buffers():
+        if name.endswith("e_score_correction_bias"):
+            buffer.normal_(0.0, 0.1)
     for name, parameter in model.named_parameters():
         if name.endswith(".bias"):
             parameter.normal_(0.0, 0.5)

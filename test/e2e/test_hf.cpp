@@ -228,6 +228,26 @@ TEST_CASE("hf: exported MoE weights with q/k norms load as transformers' Qwen3-M
                     "model.moe.layers=[1]"});
 }
 
+TEST_CASE("hf: a DeepSeek-V3 made by transformers (latent attention with YaRN mscale - grouped sigmoid routing with "
+          "biases - a shared expert) and one without a query latent in both config layouts", "[hf]") {
+  install_transformers();
+  check_transformers_model("deepseek_v3", /*moe=*/true);
+  check_transformers_model("deepseek_v3_dense");
+}
+
+TEST_CASE("hf: exported weights with latent attention and sigmoid experts load as transformers' DeepSeek-V3 with "
+          "trainer's logits", "[hf]") {
+  install_transformers();
+  // Routing biases that moved during training (bias_update_rate) travel as e_score_correction_bias.
+  check_round_trip(source_dir() + "/recipes/tiny-moe.json",
+                   {"model.num_hidden_layers=3", "model.num_key_value_heads=4",
+                    R"(model.mla={"q_lora_rank": 24, "kv_lora_rank": 20, "qk_nope_head_dim": 14, )"
+                    R"("qk_rope_head_dim": 6, "v_head_dim": 18})",
+                    "model.moe.layers=[1,2]", "model.moe.scoring_func=sigmoid", "model.moe.n_group=2",
+                    "model.moe.num_shared_experts=1", "model.moe.routed_scaling_factor=2.5",
+                    "model.moe.bias_update_rate=0.01"});
+}
+
 TEST_CASE("hf: a bf16 run from init_from keeps those weights - its fp32 master weights follow them", "[hf]") {
   // Weights of a briefly trained model, exported; then two steps at a negligible learning rate from
   // them, in fp32 (the parameters are the master weights) and in bf16 (fp32 master copies). The

@@ -41,7 +41,7 @@ TEST_CASE("every recipe in recipes/ validates at its intended world size", "[rec
   }
   CHECK(checked >= 8);
   for (const char* required : {"tiny-llama.json", "tiny-moe.json", "llama3-8b.json", "llama3-70b.json",
-                               "llama3.1-405b.json", "mixtral-8x7b.json", "mixtral-8x22b.json", "deepseek-v3-style.json",
+                               "llama3.1-405b.json", "mixtral-8x7b.json", "mixtral-8x22b.json", "deepseek-v3.json",
                                "qwen3-8b.json", "qwen3-30b-a3b.json"})
     CHECK(sizes.count(required) == 1);
 }

@@ -11,8 +11,15 @@ namespace trainer::parallel {
 
 double head_cost_in_layers(const recipe::ModelConfig& m) {
   const double d = double(m.head_dim), h = double(m.hidden_size);
-  const double attention = h * d * double(m.num_attention_heads + 2 * m.num_key_value_heads) +
-                           double(m.num_attention_heads) * d * h;
+  double attention = h * d * double(m.num_attention_heads + 2 * m.num_key_value_heads) +
+                     double(m.num_attention_heads) * d * h;
+  if (m.mla) {  // the projections' weights (their FLOPs per token follow them)
+    const auto& a = *m.mla;
+    const double heads = double(m.num_attention_heads), qk = double(a.qk_head_dim());
+    const double q = a.q_lora_rank ? h * double(*a.q_lora_rank) + double(*a.q_lora_rank) * heads * qk : h * heads * qk;
+    attention = q + h * double(a.kv_lora_rank + a.qk_rope_head_dim) +
+                double(a.kv_lora_rank) * heads * double(a.qk_nope_head_dim + a.v_head_dim) + heads * double(a.v_head_dim) * h;
+  }
   const double layer = attention + 3.0 * h * double(m.intermediate_size);
   return layer > 0 ? double(m.vocab_size) * h / layer : 0.0;
 }

@@ -68,14 +68,14 @@ TEST_CASE("plan never returns a configuration validate rejects (dense)", "[estim
 TEST_CASE("plan never returns a configuration validate rejects (MoE)", "[estimate][plan]") {
   check_plan("tiny-moe.json", 8);
   check_plan("mixtral-8x7b.json", 128);
-  check_plan("deepseek-v3-style.json", 256);
+  check_plan("deepseek-v3.json", 256);
 }
 
 TEST_CASE("every configuration plan proposes for 8 to 1024 GPUs passes run's checks as the recipe file plus its overrides", "[estimate][plan]") {
   // What `run` checks before it starts (app/cmd_run.cpp): loading (schema, cross-field and
   // world-size rules), this build's support, and what runs on GPUs (plans are for GPUs).
   int64_t proposals = 0;
-  for (const char* recipe : {"llama3-8b.json", "llama3-70b.json", "mixtral-8x22b.json", "deepseek-v3-style.json"})
+  for (const char* recipe : {"llama3-8b.json", "llama3-70b.json", "mixtral-8x22b.json", "deepseek-v3.json"})
     for (const int64_t gpus : {8, 16, 64, 256, 1024}) {
       const auto base = load(recipe);
       PlanOptions options;
