@@ -61,14 +61,16 @@ MlaAttention::MlaAttention(ParameterSet& params, const std::string& prefix, cons
 }
 
 at::Tensor MlaAttention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                 bool recompute_core, const InputAgain& again, bool lean) const {
+                                 bool recompute_core, const InputAgain& again) const {
   // Everything that reads x in one column-parallel region: one tp communication (the gather of the
   // sequence with sp), one input-gradient reduction.
   const auto down = Linear::forward_together(x, {q_lora_ ? &q_a_proj_ : &q_proj_, &kv_a_proj_}, again);
   const int64_t t = down[0].size(0), b = down[0].size(1), qk = nope_ + rope_;
-  const at::Tensor q_all = q_lora_ ? q_b_proj_.forward_local(q_a_norm_.forward(down[0], lean)) : down[0];
+  // The latent norms as the norm function (saving their input and an rsqrt per row), as the q/k
+  // norms of grouped-query attention run.
+  const at::Tensor q_all = q_lora_ ? q_b_proj_.forward_local(q_a_norm_.forward(down[0], /*lean=*/true)) : down[0];
   const at::Tensor q = q_all.view({t, b, local_heads_, qk});
-  const at::Tensor kv = kv_b_proj_.forward_local(kv_a_norm_.forward(down[1].narrow(-1, 0, kv_lora_rank_), lean))
+  const at::Tensor kv = kv_b_proj_.forward_local(kv_a_norm_.forward(down[1].narrow(-1, 0, kv_lora_rank_), /*lean=*/true))
                             .view({t, b, local_heads_, nope_ + v_dim_});
   at::Tensor q_rot = q.narrow(-1, nope_, rope_);
   at::Tensor k_rot = down[1].narrow(-1, kv_lora_rank_, rope_).reshape({t, b, 1, rope_});
@@ -84,8 +86,10 @@ at::Tensor MlaAttention::forward(const at::Tensor& x, const at::Tensor& cos, con
   if (query_factor_ != 1.0) query = query * query_factor_;
   const at::Tensor key = at::cat({kv.narrow(-1, 0, nope_), k_rot.expand({t, b, local_heads_, rope_})}, -1);
   at::Tensor value = kv.narrow(-1, nope_, v_dim_);
-  // One head width for the kernels (flash needs it): zeros past v_head_dim, dropped after the core.
-  if (v_dim_ < qk) value = at::constant_pad_nd(value, {0, qk - v_dim_});
+  // One head width for the kernels (flash needs it): zeros past v_head_dim, dropped after the core;
+  // a value as wide as the queries is copied out of the up-projection's output all the same (one
+  // layout for the kernels, and the projection's output is freed).
+  value = v_dim_ < qk ? at::constant_pad_nd(value, {0, qk - v_dim_}) : value.contiguous();
   const at::Tensor q4 = query.permute({1, 2, 0, 3}), k4 = key.permute({1, 2, 0, 3}), v4 = value.permute({1, 2, 0, 3});
   auto core_out = [this, t, b](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return attention_core(q, k, v, cp_, /*window=*/0)

@@ -25,10 +25,9 @@ class MlaAttention {
                ContextParallel cp = {});
 
   // As Attention::forward: x [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism);
-  // cos/sin [T, qk_rope_head_dim]. `lean` (recompute policy selective): the latent norms save their
-  // input only.
+  // cos/sin [T, qk_rope_head_dim].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core,
-                     const InputAgain& again = {}, bool lean = false) const;
+                     const InputAgain& again = {}) const;
 
  private:
   Linear q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;

@@ -36,11 +36,17 @@ void core_inputs(Replay& r, Id& query, Id& key, Id& value) {
   }
   key = r.ew(core_bytes(r));  // cat(k_nope, k_rot expanded)
   r.drop(kr);
-  value = r.ew(core_bytes(r));  // zero-padded to the core's width
+  value = r.ew(core_bytes(r));  // zero-padded to the core's width (or copied, as wide)
 }
 
-// The core's output [b, heads, s, qk] to o_proj's input [s, b, heads * v]: a copy.
-Id core_output_copy(Replay& r) { return r.ew(r.T() * heads(r) * r.s.mla.v * r.e); }
+// The core's output `out` [b, heads, s, qk] as o_proj's input [s, b, heads * v]: a copy of the first
+// v columns of each head, or, as wide, a view (the output follows the query's [s, b, heads, qk]
+// layout), which holds `out`.
+Id o_proj_input(Replay& r, Id out) {
+  if (r.s.mla.v < qk(r)) return r.ew(r.T() * heads(r) * r.s.mla.v * r.e);
+  r.hold(out);
+  return out;
+}
 
 }  // namespace
 
@@ -72,7 +78,7 @@ Id mla_attention_forward(Replay& r, Id x, MlaBlock& a) {
   a.core.out = attention_core_forward(r, /*keep_lse=*/!r.core_recompute(), lse, mask);
   a.core.lse = lse;
   a.core.mask = mask;
-  const Id o_in = core_output_copy(r);
+  const Id o_in = o_proj_input(r, a.core.out);
   if (!r.core_recompute()) a.o_in = o_in;
   const Id o = reduce_output(r, r.gemm(r.T(), r.H(), heads(r) * r.s.mla.v));
   if (r.core_recompute()) {
@@ -98,13 +104,29 @@ Id mla_attention_backward(Replay& r, Id g, MlaBlock& a) {
     a.core.out = attention_core_forward(r, /*keep_lse=*/true, lse, mask);
     a.core.lse = lse;
     a.core.mask = mask;
-    a.o_in = core_output_copy(r);
+    a.o_in = o_proj_input(r, a.core.out);
+  }
+  // Recomputed (recomputed_linear's backward), o_proj's input and its gradient are the function's
+  // locals until the core's backward has run.
+  Id held_in = Timeline::kNone;
+  if (r.core_recompute()) {
+    held_in = a.o_in;
+    r.hold(held_in);
   }
   const Id gout = linear_backward(r, go, r.T(), r.H(), v_in, a.o_in, /*drop_grad=*/go != g);
-  const Id gcore = r.ew(core_bytes(r));  // the narrow's backward: zeros past v_head_dim
-  r.drop(gout);
+  Id gcore = gout;  // as wide: the reshape's backward is a view
+  Id held_grad = Timeline::kNone;
+  if (r.s.mla.v < qk(r)) {
+    gcore = r.ew(core_bytes(r));  // the narrow's backward: zeros past v_head_dim
+    if (r.core_recompute())
+      held_grad = gout;
+    else
+      r.drop(gout);
+  }
   Id dq, dk, dv;
   attention_core_backward(r, gcore, a.core, dq, dk, dv);
+  r.drop(held_in);
+  r.drop(held_grad);
   // Keys and values: the up-projection's gradient gathered from k_nope and v (two narrow
   // backwards, summed), the rotary key part summed over the heads and rotated back.
   const int64_t kv_bytes = r.T() * kv_width(r) * r.e, k_rot = r.T() * r.s.mla.rope * r.e;
@@ -172,7 +194,7 @@ Id mla_attention_nograd(Replay& r, Id x) {
   r.drop(query);
   r.drop(key);
   r.drop(value);
-  const Id o_in = core_output_copy(r);
+  const Id o_in = o_proj_input(r, out);
   r.drop(out);
   const Id o = reduce_output(r, r.gemm(r.T(), r.H(), heads(r) * r.s.mla.v));
   r.drop(o_in);

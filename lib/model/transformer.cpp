@@ -41,7 +41,7 @@ std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, con
   // MLP recomputes its activation product.
   const at::Tensor normed_input = input_norm_.forward(x, lean);
   const InputAgain again = lean ? input_norm_.again(x) : InputAgain();
-  const at::Tensor h = x + (mla_ ? mla_->forward(normed_input, cos, sin, recompute_attention_core, again, lean)
+  const at::Tensor h = x + (mla_ ? mla_->forward(normed_input, cos, sin, recompute_attention_core, again)
                                  : attention_.forward(normed_input, cos, sin, recompute_attention_core, again));
   const at::Tensor normed = post_attention_norm_.forward(h, lean);
   if (moe_) {

@@ -121,6 +121,20 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
        "training.micro_batch_size=1", "training.global_batch_size=1", "training.recompute=selective"},
       {"model.sliding_window=100", "training.seq_len=512", "model.max_position_embeddings=512",
        "training.micro_batch_size=1", "training.global_batch_size=1"},
+      // DeepSeek's latent attention: values narrower than queries and keys (padded for the core),
+      // no query latent, YaRN's softmax scale; and as wide, with a query latent, in bf16 with the
+      // core and norms recomputed.
+      {"model.num_attention_heads=8", "model.num_key_value_heads=8", "training.seq_len=256",
+       "training.micro_batch_size=2", "training.global_batch_size=2",
+       R"(model.mla={"q_lora_rank": null, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, )"
+       R"("v_head_dim": 24, "rope_interleave": false})",
+       R"(model.rope_scaling={"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 64, )"
+       R"("mscale_all_dim": 1.0})"},
+      {"model.num_attention_heads=8", "model.num_key_value_heads=8", "training.seq_len=256",
+       "training.micro_batch_size=2", "training.global_batch_size=2",
+       R"(model.mla={"q_lora_rank": 48, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, )"
+       R"("v_head_dim": 48})",
+       "training.dtype=bf16", "training.recompute=selective"},
   });
 }
 
@@ -136,6 +150,12 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE)", "[es
        "training.global_batch_size=2"},
       // Qwen3-MoE: q/k norms, unnormalised top-2, a dense first layer.
       {"model.qk_norm=true", "model.moe.norm_topk_prob=false", "model.moe.layers=[1,2,3]"},
+      // DeepSeek-V3: latent attention, sigmoid scores in groups, a shared expert, a dense first layer.
+      {"model.num_key_value_heads=4",
+       R"(model.mla={"q_lora_rank": 48, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, )"
+       R"("v_head_dim": 24})",
+       "model.moe.layers=[1,2,3]", "model.moe.scoring_func=sigmoid", "model.moe.n_group=2",
+       "model.moe.num_shared_experts=1"},
   });
 }
 
