@@ -38,7 +38,7 @@ nlohmann::json deepseek_config(nlohmann::json c, const recipe::ModelConfig& m) {
   c["v_head_dim"] = a.v_head_dim;
   c["rope_interleave"] = a.rope_interleave;
   c["num_key_value_heads"] = m.num_attention_heads;
-  c["num_nextn_predict_layers"] = 0;
+  c["num_nextn_predict_layers"] = m.num_nextn_predict_layers;
   c["first_k_dense_replace"] = m.num_hidden_layers;
   if (!m.moe) return c;
   const auto& e = *m.moe;
@@ -294,12 +294,19 @@ int export_hf(const LoadedCheckpoint& loaded, const std::string& out_dir, uint64
     files.back().push_back({hf_name(name, r.model), t});
     in_current += t.nbytes();
   }
+  // DeepSeek's multi-token prediction modules carry copies of the shared embedding and LM head.
+  for (int64_t k = 0; k < r.model.num_nextn_predict_layers; ++k) {
+    const std::string prefix = "model.layers." + std::to_string(r.model.num_hidden_layers + k) + ".";
+    files.back().push_back({prefix + "embed_tokens.weight", loaded.read("model.embed_tokens.weight")});
+    files.back().push_back({prefix + "shared_head.head.weight",
+                            loaded.read(r.model.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight")});
+  }
   // DeepSeek-V3's routing biases: the checkpoint's table (zeros when it has none), in fp32 as
   // transformers keeps them.
   if (r.model.mla && r.model.moe) {
     const nlohmann::json& extra = loaded.manifest().value("extra", nlohmann::json::object());
     const nlohmann::json table = extra.value("moe_routing_bias", nlohmann::json::object());
-    for (const int64_t layer : r.model.moe->layers) {
+    for (const int64_t layer : r.model.routed_layers()) {
       const std::string key = std::to_string(layer);
       std::vector<float> values(size_t(r.model.moe->num_local_experts), 0.0f);
       if (table.contains(key)) values = table.at(key).get<std::vector<float>>();

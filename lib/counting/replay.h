@@ -35,6 +35,10 @@ struct RankShape {
     bool interleaved = false;
     bool scaled = false;  // the queries multiplied by YaRN's mscale^2
   } mla;
+  // Multi-token prediction modules (model.num_nextn_predict_layers) after the last layer, each a
+  // decoder layer (MoE when mtp_moe) with its embedding lookup, norms, projection and loss.
+  int64_t mtp_depth = 0;
+  bool mtp_moe = false;
   // The sliding window of the layers being replayed (model.sliding_window), 0 for full causal
   // attention; set only when shorter than the whole sequence (training.seq_len).
   int64_t window = 0;

@@ -105,6 +105,22 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.params.dense += V_rank * H;
       s.params.tensors += 1;
     }
+    if (s.last && job.counts.mtp_modules > 0) {
+      // The multi-token prediction modules: a decoder layer each, eh_proj (replicated) and three
+      // norms; an embedding copy when the embedding is on another stage and the head is not one.
+      const LayerParams lp = layer_params(r, job.counts, job.counts.mtp_moe);
+      const int64_t own = 2 * H * H + 3 * H, copy = embedding_stage != head_stage && !m.tie_word_embeddings ? V_rank * H : 0;
+      s.params.dense += job.counts.mtp_modules * (lp.dense + own) + copy;
+      s.params.expert += job.counts.mtp_modules * lp.expert;
+      s.params.norm += job.counts.mtp_modules * (lp.norm + 3 * H);
+      s.params.tensors += job.counts.mtp_modules * (lp.tensors + 4) + (copy > 0 ? 1 : 0);
+      if (job.counts.mtp_moe) s.moe_layers += job.counts.mtp_modules;
+      s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert + own);
+      if (dense_gathered || experts_gathered)
+        s.unit_params.back() += job.counts.mtp_modules * ((dense_gathered ? lp.dense + own : 0) +
+                                                         (experts_gathered ? lp.expert : 0)) +
+                                (dense_gathered ? copy : 0);
+    }
     if (s.last) {
       s.params.dense += H;  // final norm
       s.params.norm += H;
@@ -131,6 +147,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.tied_head = m.tie_word_embeddings && embedding_stage == head_stage;
   sh.attention_bias = m.attention_bias;
   sh.qk_norm = m.qk_norm;
+  sh.mtp_depth = m.num_nextn_predict_layers;
+  sh.mtp_moe = m.num_nextn_predict_layers > 0 && m.is_moe_layer(m.num_hidden_layers);
   if (m.mla) {
     const auto& a = *m.mla;
     sh.kv_heads = sh.q_heads;

@@ -99,6 +99,17 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
     c.layers.push_back(layer);
   }
 
+  if (model.num_nextn_predict_layers > 0) {
+    c.mtp_modules = model.num_nextn_predict_layers;
+    c.mtp_moe = model.is_moe_layer(L);
+    const int64_t own = 2 * H * H + 3 * H;  // eh_proj, enorm, hnorm, shared_head.norm
+    const int64_t common = c.attention_params_per_layer + c.norm_params_per_layer;
+    c.mtp_module_params = own + common + (c.mtp_moe ? c.moe_params_per_layer : c.dense_mlp_params_per_layer);
+    c.mtp_module_active_params =
+        own + common + (c.mtp_moe ? c.moe_active_params_per_layer : c.dense_mlp_params_per_layer);
+    layer_params += c.mtp_modules * c.mtp_module_params;
+    layer_active += c.mtp_modules * c.mtp_module_active_params;
+  }
   const int64_t outer = c.embedding_params + c.lm_head_params + c.final_norm_params;
   c.total_params = outer + layer_params;
   c.active_params = outer + layer_active;
@@ -107,7 +118,9 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
   // product costs 2 FLOPs per token forward and 4 backward; attention's QK^T and AV add
   // 2 * 2 * heads * head_dim * seq_len forward per layer, times 3 for training. Norms and the router
   // are inside the 6N term too (negligible, and torchtitan counts them the same way).
-  c.matmul_params_per_token = c.active_params - c.embedding_params + (model.tie_word_embeddings ? V * H : 0);
+  // (Each multi-token prediction module runs the shared LM head once more.)
+  c.matmul_params_per_token = c.active_params - c.embedding_params + (model.tie_word_embeddings ? V * H : 0) +
+                              c.mtp_modules * V * H;
   c.dense_flops_per_token = 6.0 * static_cast<double>(c.matmul_params_per_token);
   c.attention_flops_per_token = 12.0 * static_cast<double>(L) * static_cast<double>(heads) *
                                 static_cast<double>(head_dim) * static_cast<double>(seq_len);
@@ -127,6 +140,9 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
     c.attention_flops_per_token = 6.0 * static_cast<double>(L) * static_cast<double>(heads) *
                                   static_cast<double>(model.mla->qk_head_dim() + model.mla->v_head_dim) *
                                   static_cast<double>(seq_len);
+  // A module's attention is one more layer's, over the whole sequence.
+  if (c.mtp_modules > 0)
+    c.attention_flops_per_token *= double(L + c.mtp_modules) / double(L);
   c.flops_per_token = c.dense_flops_per_token + c.attention_flops_per_token;
   return c;
 }

@@ -45,6 +45,12 @@ struct ModelCounts {
   int64_t num_dense_layers = 0;
   int64_t num_moe_layers = 0;
   std::vector<LayerCounts> layers;          // one entry per decoder layer, in order
+  // Multi-token prediction: modules on the last stage, each a decoder layer (MoE when mtp_moe),
+  // eh_proj [H, 2H] and three norms; they share the embedding and the LM head.
+  int64_t mtp_modules = 0;
+  bool mtp_moe = false;
+  int64_t mtp_module_params = 0;
+  int64_t mtp_module_active_params = 0;
 
   int64_t total_params = 0;   // every parameter (a tied LM head counted once)
   int64_t active_params = 0;  // parameters used per token: all but the unchosen experts; includes the embedding

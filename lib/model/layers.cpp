@@ -113,6 +113,11 @@ Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t voca
   param_ = &params.create(name, {vocab, hidden}, InitKind::Normal, vocab_shards(vocab, padded_vocab, tp));
 }
 
+Embedding::Embedding(ParameterSet& params, Parameter& shared, TensorParallel tp)
+    : param_(&shared), queue_(&params.weight_grads()), tp_(tp) {
+  shared.uses += 1;
+}
+
 at::Tensor Embedding::forward(const at::Tensor& tokens) const {
   // Vocabulary-parallel lookup (mask tokens outside this rank's rows, then sum over tp) is the
   // plain lookup for tp size 1.

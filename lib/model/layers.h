@@ -132,6 +132,8 @@ class Embedding {
   Embedding() = default;
   Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t padded_vocab, int64_t hidden,
             TensorParallel tp);
+  // A lookup in an existing parameter (multi-token prediction's); it counts one more use.
+  Embedding(ParameterSet& params, Parameter& shared, TensorParallel tp);
   at::Tensor forward(const at::Tensor& tokens) const;
   Parameter& parameter() const { return *param_; }
 

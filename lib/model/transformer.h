@@ -8,11 +8,11 @@
 #include <memory>
 #include <vector>
 
-#include "model/attention.h"
+#include "model/decoder_layer.h"
 #include "model/fused_kernels.h"
 #include "model/layers.h"
-#include "model/mla_attention.h"
 #include "model/moe.h"
+#include "model/mtp.h"
 #include "model/routing_bias.h"
 #include "model/parameter.h"
 #include "model/rotary.h"
@@ -62,31 +62,10 @@ struct ForwardOutput {
   at::Tensor loss_sum;        // sum over targets not ignored of the cross-entropy (fp32 scalar; fp64 for an fp64 model)
   at::Tensor aux_loss;        // sum over MoE layers of their load-balancing losses (fp32 scalar; 0 for dense)
   int64_t tokens = 0;         // targets in the batch (ignored ones included)
-};
-
-class DecoderLayer {
- public:
-  DecoderLayer(ParameterSet& params, int64_t index, const recipe::ModelConfig& config, TensorParallel tp,
-               ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
-               const FusedKernels& kernels = {});
-  // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
-  // token_keys: the MoE layer's order of this rank's tokens (Moe::forward). lean (recompute policy
-  // selective): norms that save their input only, norm outputs and the MLP's activation product
-  // computed again in backward.
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                            const at::Tensor& token_keys, bool recompute_attention_core,
-                                            bool lean = false) const;
-  bool is_moe() const { return moe_.has_value(); }
-  const Moe* moe() const { return moe_ ? &*moe_ : nullptr; }
-  Moe* moe() { return moe_ ? &*moe_ : nullptr; }
-
- private:
-  RmsNorm input_norm_, post_attention_norm_;
-  Attention attention_;                // grouped-query attention, unless
-  std::optional<MlaAttention> mla_;    // model.mla: latent attention
-  std::optional<SwigluMlp> mlp_;
-  std::optional<Moe> moe_;
-  double aux_loss_scale_ = 0, z_loss_scale_ = 0;
+  // Multi-token prediction: the modules' cross-entropy sums added up (undefined without MTP).
+  at::Tensor mtp_loss_sum;
+  // What backward takes: loss_sum, plus mtp_loss_weight / D times mtp_loss_sum with MTP.
+  at::Tensor objective;
 };
 
 class Transformer {
@@ -102,6 +81,9 @@ class Transformer {
   ForwardOutput forward(const at::Tensor& inputs, const at::Tensor& targets) const;
   // Logits [B, T, vocab] (batch-major, as Hugging Face) in the model dtype (for evaluation and interchange tests).
   at::Tensor logits(const at::Tensor& inputs) const;
+  // The last decoder layer's output [T, B, hidden] before the final norm (whole model, one tp rank;
+  // for the multi-token prediction reference test).
+  at::Tensor last_hidden(const at::Tensor& inputs) const;
 
   // Local chunk `chunk` (0-based among this rank's chunks, as Parameter::chunk counts): from the
   // tokens (first model chunk) or `hidden` [s, b, h] (the previous chunk's output) to the hidden
@@ -129,14 +111,33 @@ class Transformer {
 
  private:
   bool whole_model() const;
+  // The multi-token prediction modules and their embedding lookups (in the constructor, on the
+  // model's last chunk).
+  void add_mtp(int64_t padded_vocab);
   // The chunk's embedding (on the first model chunk) or `hidden`, then its decoder layers; *aux
   // gets the sum of its MoE losses.
-  at::Tensor chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, at::Tensor* aux) const;
+  // The rotary tables of this rank's positions and the MoE layers' token order.
+  struct SequenceTables {
+    at::Tensor cos, sin, token_keys;
+  };
+  SequenceTables sequence_tables(const at::Tensor& inputs) const;
+  at::Tensor chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
+                          const SequenceTables& tables, at::Tensor* aux) const;
   // The chunk's decoder layers on x; MoE losses added to *aux.
-  at::Tensor run_layers(const ChunkLayout& chunk, at::Tensor x, const at::Tensor& cos, const at::Tensor& sin,
-                        const at::Tensor& token_keys, at::Tensor* aux) const;
-  // Final norm, LM head and the loss over the vocabulary (parallel under tp).
-  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets, ForwardOutput* out) const;
+  at::Tensor run_layers(const ChunkLayout& chunk, at::Tensor x, const SequenceTables& tables, at::Tensor* aux) const;
+  // One decoder layer under the recompute policy (full: recomputed as a whole in backward).
+  std::pair<at::Tensor, at::Tensor> layer_forward(const DecoderLayer& layer, const at::Tensor& x,
+                                                  const SequenceTables& tables) const;
+  // Final norm, LM head and the loss over the vocabulary (parallel under tp), then the multi-token
+  // prediction modules; returns what backward takes (ForwardOutput::objective).
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
+                  const SequenceTables& tables, ForwardOutput* out) const;
+  // The cross-entropy sum of normalised hidden states `h` [s, b, H] (this rank's chunk with sp)
+  // against `targets` [b, s] through the LM head.
+  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets) const;
+  // The multi-token prediction modules on the last layer's output x: the sum of their losses.
+  at::Tensor mtp_losses(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
+                        const SequenceTables& tables, at::Tensor* aux) const;
 
   ModelOptions options_;
   ParameterSet params_;
@@ -148,6 +149,8 @@ class Transformer {
   Linear lm_head_;                   // there too; over the embedding's parameter when tied
   Rotary rotary_;
   std::unique_ptr<RoutingBias> routing_bias_;
+  std::vector<MtpModule> mtp_;  // model.num_nextn_predict_layers, on the model's last chunk
+  Embedding mtp_embed_;         // their lookups: the embedding, or its copy on the last stage
 };
 
 }  // namespace trainer::model

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "model/attention_replay.h"
 #include "model/layers_replay.h"
@@ -235,6 +236,82 @@ LayerSegments pre(Replay& r, bool first_stage, bool last_stage) {
   return seg;
 }
 
+// --- multi-token prediction (mtp.cpp, Transformer::mtp_losses): the embedding of the tokens k
+//     ahead, its norm and the hidden state's, their concatenation through eh_proj, a decoder
+//     layer, the module's head norm and the shared head's loss -------------------------------------
+struct MtpModule {
+  NormSaved enorm, hnorm, head_norm;
+  Id joined = Timeline::kNone;  // eh_proj's input
+  DenseLayer dense;
+  MoeLayer moe;
+  Id in = Timeline::kNone, lse = Timeline::kNone, loss = Timeline::kNone;
+};
+
+// The embedding lookup of the shifted tokens (the vocabulary-parallel sum over tp as the first
+// stage's): the rows of this rank.
+Id mtp_lookup(Replay& r) {
+  const int64_t bs = r.s.micro_batch * r.s.seq;
+  Id e = r.ew(bs * r.H() * r.e);
+  if (r.s.tp > 1) {
+    if (r.sp()) {
+      r.comm(CommKind::ReduceScatter, CommGroup::Tp, bs * r.H() * r.e);
+      const Id rows = r.alloc(r.Tn() * r.H() * r.e);
+      r.drop(e);
+      e = rows;
+    } else {
+      r.comm(CommKind::AllReduce, CommGroup::Tp, bs * r.H() * r.e);
+    }
+  }
+  return e;
+}
+
+// h: the previous depth's hidden state (kept by the caller). Returns the module's output.
+Id mtp_forward(Replay& r, Id h, MtpModule& m) {
+  const Id e = mtp_lookup(r);
+  const Id en = norm_forward(r, e, r.Tn(), m.enorm);
+  r.drop(e);  // saved by its norm
+  const Id hn = norm_forward(r, h, r.Tn(), m.hnorm);
+  m.joined = r.ew(r.Tn() * 2 * r.H() * r.e);
+  r.drop(en);
+  r.drop(hn);
+  const Id projected = r.gemm(r.Tn(), r.H(), 2 * r.H());  // eh_proj saves the concatenation
+  const Id out = r.s.mtp_moe ? moe_forward_inner(r, projected, m.moe) : dense_forward_inner(r, projected, m.dense);
+  r.drop(projected);
+  const Id normed = norm_forward(r, out, r.Tn(), m.head_norm);
+  m.in = gather_input(r, normed);
+  m.lse = loss_forward(r);
+  if (m.in != normed) r.drop(normed);
+  m.loss = r.alloc(kF32);
+  return out;
+}
+
+// g_out: the gradient of the module's output from the next module (none for the last). Returns
+// the gradient of its input h.
+Id mtp_backward(Replay& r, Id g_out, MtpModule& m) {
+  const Id gl = loss_backward(r);
+  r.drop(m.lse);
+  r.drop(m.in);
+  Id g = norm_backward(r, reduce_grad(r, gl), m.head_norm, Timeline::kNone);
+  if (g_out != Timeline::kNone) r.accumulate(g, g_out);
+  const Id gp = r.s.mtp_moe ? moe_backward_inner(r, g, m.moe) : dense_backward_inner(r, g, m.dense);
+  const Id gj = linear_backward(r, gp, r.Tn(), r.H(), 2 * r.H(), m.joined);
+  // The concatenation's backward: views of gj; the two norms' input gradients.
+  const Id gh = norm_backward(r, r.ew(r.Tn() * r.H() * r.e), m.hnorm, Timeline::kNone);
+  const Id ge = norm_backward(r, r.ew(r.Tn() * r.H() * r.e), m.enorm, Timeline::kNone);
+  r.drop(gj);
+  // The embedding's weight gradient (sp: the rows gathered back first).
+  Id gathered = Timeline::kNone;
+  if (r.sp()) {
+    r.comm(CommKind::AllGather, CommGroup::Tp, r.s.micro_batch * r.s.seq * r.H() * r.e);
+    gathered = r.alloc(r.s.micro_batch * r.s.seq * r.H() * r.e);
+  }
+  r.drop(r.ew(r.s.vocab * r.H() * r.e, 1));
+  r.drop(gathered);
+  r.drop(ge);
+  r.drop(m.loss);
+  return gh;
+}
+
 // --- last stage: final norm, LM head, cross-entropy (Transformer::forward) ------------------
 LayerSegments head(Replay& r, bool last_stage) {
   LayerSegments seg;
@@ -253,17 +330,29 @@ LayerSegments head(Replay& r, bool last_stage) {
   r.t.begin();
   NormSaved norm;
   const Id hn = norm_forward(r, x, r.Tn(), norm);
-  r.drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
   const Id in = gather_input(r, hn);  // saved whole by the loss function (sp: the gathered rows)
   const Id lse = loss_forward(r);
   if (in != hn) r.drop(hn);  // only the gathered rows are saved
   const Id loss = r.alloc(2 * kF32);  // loss_sum and the normalised loss
+  std::vector<MtpModule> modules(size_t(r.s.mtp_depth));
+  Id h = x;
+  for (auto& module : modules) {
+    const Id next = mtp_forward(r, h, module);
+    if (h != x) r.drop(h);  // the previous module's output: the norms that read it keep it
+    h = next;
+  }
+  if (h != x) r.drop(h);
+  r.drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
   seg.forward = r.t.end();
   r.t.begin();
+  // The modules' gradients, last first; each passes the gradient of its input h on.
+  Id gh_next = Timeline::kNone;
+  for (auto it = modules.rbegin(); it != modules.rend(); ++it) gh_next = mtp_backward(r, gh_next, *it);
   const Id gh = loss_backward(r);
   r.drop(lse);
   r.drop(in);
   const Id gx = norm_backward(r, reduce_grad(r, gh), norm, Timeline::kNone);
+  if (gh_next != Timeline::kNone) r.accumulate(gx, gh_next);
   r.drop(loss);
   (void)gx;
   seg.backward = r.t.end();

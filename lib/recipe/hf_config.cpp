@@ -30,7 +30,7 @@ const std::set<std::string> kQwenMoeKeys = {"num_experts", "norm_topk_prob", "mo
 
 // DeepSeek-V3's own keys (read_deepseek); for other types they are unknown. transformers ignores
 // the training-time keys of DeepSeek's hub config (aux_loss_alpha, seq_aux, ep_size) and builds no
-// multi-token-prediction modules (num_nextn_predict_layers: their weights are dropped on load).
+// multi-token-prediction modules (num_nextn_predict_layers, which trainer trains).
 const std::set<std::string> kDeepseekKeys = {
     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
     "rope_interleave", "n_routed_experts", "num_local_experts", "n_shared_experts", "moe_intermediate_size",
@@ -138,6 +138,8 @@ void read_deepseek(const json& hf, json& model, const Problem& problem) {
                         describe_json(hf["qk_head_dim"]), describe_json(mla["qk_nope_head_dim"]),
                         describe_json(mla["qk_rope_head_dim"])));
   model["mla"] = mla;
+  // transformers builds no MTP modules (it drops their weights); trainer trains them.
+  model["num_nextn_predict_layers"] = hf.value("num_nextn_predict_layers", hf.value("num_mtp_layers", json(1)));
   model.erase("head_dim");  // transformers writes qk_rope_head_dim there; MLA's widths are model.mla's
   if (hf.contains("quantization_config") && !hf["quantization_config"].is_null())
     problem("quantization_config is set: the weights are quantized (DeepSeek-V3's FP8 release); trainer reads "

@@ -218,8 +218,16 @@ struct ModelConfig {
   double initializer_range = 0.02;
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
+  // Multi-token prediction (DeepSeek-V3): sequential modules after the last layer, each predicting
+  // one token further; their losses weighted by mtp_loss_weight / depth.
+  int64_t num_nextn_predict_layers = 0;
+  double mtp_loss_weight = 0.3;
 
+  // MoE layers are those of model.moe.layers, and the multi-token prediction blocks (layers
+  // num_hidden_layers .. + num_nextn_predict_layers - 1) when the last layer is MoE.
   bool is_moe_layer(int64_t layer) const;
+  // The indices of every MoE layer in order: model.moe.layers, then the MoE prediction blocks.
+  std::vector<int64_t> routed_layers() const;
   // The attention window of `layer` in tokens (itself included), or 0 for full causal attention.
   int64_t window_of(int64_t layer) const;
   // The width the rotary tables cover: model.mla's qk_rope_head_dim, else head_dim.
@@ -297,6 +305,18 @@ struct ModelConfig {
     t.section("moe", &ModelConfig::moe,
         "Mixture of experts in the feed-forward layers; null: a dense model. See "
         "[model.moe](#modelmoe).");
+    t.key("num_nextn_predict_layers", &ModelConfig::num_nextn_predict_layers, at_least(0),
+        "Multi-token prediction (DeepSeek-V3): D sequential modules after the last layer; module k "
+        "normalises the previous hidden state and the embedding of the token k ahead "
+        "(`enorm`, `hnorm`), projects their concatenation back to the hidden size (`eh_proj`), runs "
+        "one decoder layer (MoE when the last layer is) and predicts the token k + 1 ahead through "
+        "its own norm (`shared_head.norm`) and the shared LM head. Parameters "
+        "`model.layers.{num_hidden_layers + k - 1}.*` (DeepSeek's names), on the last pipeline "
+        "stage. 0: off.");
+    t.key("mtp_loss_weight", &ModelConfig::mtp_loss_weight, at_least(0),
+        "Weight of the multi-token prediction loss: the objective adds mtp_loss_weight / D times "
+        "the sum of the modules' cross-entropies (each over the targets it has, normalised like the "
+        "main loss by the step's target count). DeepSeek-V3: 0.3 for the first 10T tokens, then 0.1.");
     t.section("mla", &ModelConfig::mla,
         "Multi-head latent attention (DeepSeek-V2/V3) instead of grouped-query attention; null: "
         "grouped-query attention. `model.head_dim` and `model.num_key_value_heads` are then unused "

@@ -26,9 +26,19 @@ const json& at(const json& doc, const std::string& path) {
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!moe) return false;
+  if (layer >= num_hidden_layers)
+    return layer < num_hidden_layers + num_nextn_predict_layers && is_moe_layer(num_hidden_layers - 1);
   for (auto l : moe->layers)
     if (l == layer) return true;
   return false;
+}
+
+std::vector<int64_t> ModelConfig::routed_layers() const {
+  if (!moe) return {};
+  std::vector<int64_t> layers = moe->layers;
+  for (int64_t k = 0; k < num_nextn_predict_layers; ++k)
+    if (is_moe_layer(num_hidden_layers + k)) layers.push_back(num_hidden_layers + k);
+  return layers;
 }
 
 int64_t ModelConfig::window_of(int64_t layer) const {

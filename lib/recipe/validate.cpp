@@ -46,6 +46,7 @@ class Checker {
     bound("model.hidden_size", m.hidden_size);
     bound("model.intermediate_size", m.intermediate_size);
     bound("model.num_hidden_layers", m.num_hidden_layers);
+    bound("model.num_nextn_predict_layers", m.num_nextn_predict_layers);
     bound("model.num_attention_heads", m.num_attention_heads);
     bound("model.num_key_value_heads", m.num_key_value_heads);
     bound("model.head_dim", m.head_dim);
@@ -94,6 +95,16 @@ class Checker {
           "in {}",
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
     if (m.mla) mla_rules();
+    if (m.num_nextn_predict_layers > 0) {
+      if (p.cp > 1)
+        add("model.num_nextn_predict_layers={} with parallel.cp={}: multi-token prediction is not built with context "
+            "parallelism (its targets k tokens ahead cross the zigzag chunks); set parallel.cp=1 or "
+            "model.num_nextn_predict_layers=0",
+            m.num_nextn_predict_layers, p.cp);
+      if (m.num_nextn_predict_layers >= r_.training.seq_len)
+        add("model.num_nextn_predict_layers={} leaves no target within training.seq_len={}; use fewer modules",
+            m.num_nextn_predict_layers, r_.training.seq_len);
+    }
     {
       std::set<int64_t> seen;
       for (auto layer : m.sliding_window_layers) {
@@ -389,6 +400,7 @@ std::optional<std::string> size_bound_problem(const std::string& key, int64_t va
       {"model.hidden_size", kMaxHiddenSize},
       {"model.intermediate_size", kMaxIntermediateSize},
       {"model.num_hidden_layers", kMaxHiddenLayers},
+      {"model.num_nextn_predict_layers", kMaxHiddenLayers},
       {"model.num_attention_heads", kMaxHeads},
       {"model.num_key_value_heads", kMaxHeads},
       {"model.head_dim", kMaxHeadDim},
@@ -435,7 +447,7 @@ double approximate_parameters(const ModelConfig& m) {
     const double experts = double(m.moe->num_local_experts) + double(m.moe->num_shared_experts);
     expert_mlps = 3 * hidden * double(m.moe->moe_intermediate_size) * experts + hidden * double(m.moe->num_local_experts);
   }
-  const double layers = double(m.num_hidden_layers);
+  const double layers = double(m.num_hidden_layers + m.num_nextn_predict_layers);
   const double dense_layers = std::max(0.0, layers - moe_layers);
   const double embedding = double(m.vocab_size) * hidden * (m.tie_word_embeddings ? 1 : 2);
   return layers * (attention + 2 * hidden) + dense_layers * 3 * hidden * double(m.intermediate_size) +

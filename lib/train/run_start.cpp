@@ -69,9 +69,13 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
   const auto path = resume_path(r);
   if (!path) {
     if (r.model.init_from) {
-      const int64_t count = load_hf_weights(*r.model.init_from, model, optimizer.parameter_writer());
+      int64_t kept = 0;
+      const int64_t count = load_hf_weights(*r.model.init_from, model, optimizer.parameter_writer(), &kept);
       optimizer.refresh_master_weights();  // the fp32 masters were taken from the initial values
       say(fmt::format("initialised {} parameters from Hugging Face weights in {}", count, *r.model.init_from));
+      if (kept > 0)
+        say(fmt::format("{} parameters of the multi-token prediction modules are not in those weights (transformers "
+                        "does not save them): they start from their random initialisation", kept));
     }
     return start;
   }

@@ -40,6 +40,7 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const metrics::S
   if (x.contains("time_breakdown"))
     for (const auto& [phase, seconds] : x["time_breakdown"].items()) s.emplace_back("time/" + phase, seconds.get<double>());
   if (x.contains("aux_loss")) s.emplace_back("moe/aux_loss", x["aux_loss"].get<double>());
+  if (x.contains("mtp_loss")) s.emplace_back("train/mtp_loss", x["mtp_loss"].get<double>());
   if (x.contains("z_loss")) s.emplace_back("moe/z_loss", x["z_loss"].get<double>());
   if (x.contains("moe_layers"))
     for (const auto& layer : x["moe_layers"]) {
@@ -136,7 +137,7 @@ void StepLog::after_step(StepEnd& end) {
 
 std::string StepLog::moe_statistics(const StepFigures& f, nlohmann::json* extra) const {
   const at::Tensor load = f.moe_load.to(at::kCPU);
-  const std::vector<int64_t>& layers = recipe_.model.moe->layers;
+  const std::vector<int64_t> layers = recipe_.model.routed_layers();
   nlohmann::json per_layer = nlohmann::json::array();
   double worst = 0, worst_cv = 0;
   int64_t worst_layer = -1;
@@ -188,6 +189,7 @@ metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading
   m.extra = {{"elapsed_s", std::chrono::duration<double>(Clock::now() - run_start_).count()},
              {"consumed_samples", step * mesh_.global_batch_size}};
   if (r.model.moe) m.extra["aux_loss"] = reading.aux_loss;
+  if (r.model.num_nextn_predict_layers > 0) m.extra["mtp_loss"] = reading.mtp_loss;
   if (floor_) m.extra["loss_floor"] = *floor_;
   m.extra["mem_predicted_bytes"] = int64_t(predicted_.peak_bytes);
   m.extra["step_time_predicted_s"] = predicted_.has_time ? nlohmann::json(predicted_.step_time_s) : nlohmann::json();

@@ -20,6 +20,7 @@ struct StepFigures;
 // The step's figures read to the host (step_reader.h), at logged steps and before a checkpoint.
 struct StepReading {
   double loss = 0, aux_loss = 0, grad_norm = 0;
+  double mtp_loss = 0;  // the multi-token prediction modules' mean cross-entropy (0 without MTP)
   double seconds = 0;          // wall time per step since the previous read
   double mean_step_s = 0;      // wall time per step since the start of the run (for the ETA)
   double first_bad_loss = 0;   // first step whose loss was not finite since the start (0: none)

@@ -31,7 +31,9 @@ void StepReader::after_step(StepEnd& end) {
   if (!logged && !read_now) return;
 
   // The one host synchronisation of these steps.
-  const at::Tensor host = at::stack({loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_}).to(at::kCPU);
+  const at::Tensor host =
+      at::stack({loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_, f.mtp_sum / at::clamp_min(f.real_tokens, 1.0)})
+          .to(at::kCPU);
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - last_read_).count();
   StepReading r;
@@ -50,6 +52,8 @@ void StepReader::after_step(StepEnd& end) {
   r.aux_loss = host[1].item<double>() / double(mesh_.grad_accum_steps * (global_scope ? 1 : mesh_.dp));
   r.first_bad_loss = host[3].item<double>();
   r.first_bad_norm = host[4].item<double>();
+  const int64_t depth = recipe_.model.num_nextn_predict_layers;
+  r.mtp_loss = depth > 0 ? host[5].item<double>() / double(depth) : 0.0;
   r.logged = logged;
   last_loss_ = r.loss;
   end.reading = r;

@@ -71,6 +71,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   StepFigures f;
   f.loss_sum = at::zeros({}, scalar);
   f.aux_sum = at::zeros({}, scalar);
+  f.mtp_sum = at::zeros({}, scalar);
   f.real_tokens = at::zeros({}, scalar);
   const std::vector<MicroBatch> batches = load_micro_batches(consumed_samples, f);
   f.times.data_s = data.seconds();
@@ -89,7 +90,8 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     if (out.aux_loss.defined()) f.aux_sum += out.aux_loss.detach();
     if (c != last_chunk) return y;
     f.loss_sum += out.loss_sum.detach();
-    return out.loss_sum / divisor;
+    if (out.mtp_loss_sum.defined()) f.mtp_sum += out.mtp_loss_sum;
+    return out.objective / divisor;
   };
   engine::StepExecutor::GradientHooks hooks;
   hooks.begin_backward = [this](int64_t c, bool last) { optimizer_.begin_backward(pipeline_.local_chunk(c), last); };
@@ -107,11 +109,11 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   f.times.backward_s = compute[1];
   if (device_.is_cpu()) record_chunk_times(executor, f);
   optimizer_.finish_gradients();
-  all_reduce_scalars(dp, {&f.loss_sum});
+  all_reduce_scalars(dp, {&f.loss_sum, &f.mtp_sum});
   // MoE losses are split over the tp ranks too (each routes its part of the sequence).
   all_reduce_scalars(groups_.get(mesh::GroupKind::TpDpCp), {&f.aux_sum});
   // The loss lives on the stage of the model's last chunk: every stage gets it.
-  if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});
+  if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum, &f.mtp_sum});
   if (recipe_.model.moe) gather_moe_statistics(f);
   f.grad_norm = optimizer_.grad_norm();
   f.times.comm_wait_s = whole.waited();
@@ -120,7 +122,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
 
 void TrainStep::gather_moe_statistics(StepFigures& f) const {
   at::NoGradGuard no_grad;
-  const std::vector<int64_t>& layers = recipe_.model.moe->layers;
+  const std::vector<int64_t> layers = recipe_.model.routed_layers();
   const int64_t experts = recipe_.model.moe->num_local_experts, rows = int64_t(layers.size());
   // Loads then the z-loss sum in one tensor (summed), the margin apart (a maximum of its negation).
   at::Tensor sums = at::zeros({rows * experts + 1}, at::TensorOptions().dtype(at::kDouble).device(device_));

@@ -41,10 +41,24 @@ bool on_another_stage(const std::string& name, const model::Transformer& model) 
   const std::string prefix = "model.layers.";
   if (name.rfind(prefix, 0) != 0) return false;
   const int64_t layer = std::atoll(name.c_str() + prefix.size());
-  if (layer >= model.options().config.num_hidden_layers) return false;
+  const auto& config = model.options().config;
+  // The multi-token prediction modules are on the head's stage.
+  if (layer >= config.num_hidden_layers) return layer < config.num_hidden_layers + config.num_nextn_predict_layers && !head;
   for (int64_t c = 0; c < model.chunks(); ++c)
     if (layer >= model.chunk_layout(c).first_layer && layer < model.chunk_layout(c).end_layer) return false;
   return true;
+}
+
+bool ends_with(const std::string& name, const std::string& end) {
+  return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+}
+
+// A tensor of a multi-token prediction module: model.layers.{L + k - 1}.* for k = 1 .. D.
+bool mtp_layer(const std::string& name, const recipe::ModelConfig& config) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const int64_t layer = std::atoll(name.c_str() + prefix.size());
+  return layer >= config.num_hidden_layers && layer < config.num_hidden_layers + config.num_nextn_predict_layers;
 }
 }  // namespace
 
@@ -96,7 +110,7 @@ bool on_another_expert_rank(const std::string& name, const model::Transformer& m
   // An expert of a dense layer, or past the last expert, belongs to another model.
   const int64_t layer = std::atoll(name.c_str() + layers.size());
   const int64_t expert = std::atoll(name.c_str() + at + marker.size());
-  return layer >= 0 && layer < config.num_hidden_layers && config.is_moe_layer(layer) && expert >= 0 &&
+  return layer >= 0 && layer < config.num_hidden_layers + config.num_nextn_predict_layers && config.is_moe_layer(layer) && expert >= 0 &&
          expert < config.moe->num_local_experts;
 }
 }  // namespace
@@ -147,7 +161,8 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
   return Progress{loaded.step(), loaded.consumed_samples()};
 }
 
-int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write) {
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write,
+                        int64_t* not_in_weights) {
   std::map<std::string, at::Tensor> weights;
   // Hugging Face names of another family (Qwen3-MoE's experts) as trainer's (checkpoint/hf_names.h).
   const auto& config = model.options().config;
@@ -156,7 +171,7 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
   at::NoGradGuard no_grad;
   // DeepSeek-V3's routing biases (e_score_correction_bias) are the model's routing bias table.
   if (config.moe && checkpoint::mlp_moe_names(config))
-    for (const int64_t layer : config.moe->layers) {
+    for (const int64_t layer : config.routed_layers()) {
       const auto it = weights.find(checkpoint::routing_bias_name(layer));
       if (it == weights.end()) continue;  // zeros, as transformers initialises them
       model::RoutingBias* bias = model.routing_bias();
@@ -181,6 +196,9 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
   std::vector<std::string> unused;
   for (const auto& [name, tensor] : weights) {
     if (name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
+    // DeepSeek's MTP modules carry copies of the shared embedding and head: trainer shares them.
+    if (mtp_layer(name, config) && (ends_with(name, ".embed_tokens.weight") || ends_with(name, ".shared_head.head.weight")))
+      continue;
     // Another rank's pipeline stage or experts hold it: known to the model, not to this rank.
     if (!model.parameters().find(name) && !on_another_stage(name, model) && !on_another_expert_rank(name, model))
       unused.push_back(name);
@@ -192,6 +210,11 @@ int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const
                                 dir, count_of(int64_t(unused.size()), "tensor", "tensors"), have(unused), first_names(unused)));
   for (auto& p : model.parameters().all()) {
     auto it = weights.find(p.name);
+    // transformers saves no multi-token prediction modules: they keep their initial values.
+    if (it == weights.end() && mtp_layer(p.name, config)) {
+      if (not_in_weights) ++*not_in_weights;
+      continue;
+    }
     if (it == weights.end()) throw UserError(fmt::format("{}: no tensor {} in the Hugging Face weights", dir, p.name));
     if (it->second.sizes().vec() != p.global_shape)
       throw UserError(fmt::format("{}: {} has shape [{}] but the recipe's model needs [{}]", dir, p.name,

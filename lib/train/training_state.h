@@ -53,8 +53,11 @@ Progress restore_model(const checkpoint::LoadedCheckpoint& loaded, model::Transf
 
 // Initialises the parameters (this rank's slices) from Hugging Face weights in `dir`
 // (model.init_from); returns how many were loaded. A missing tensor or another shape is a
-// UserError naming the directory and the tensor.
-int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write = nullptr);
+// UserError naming the directory and the tensor, except a multi-token prediction module's (which
+// transformers does not save): it keeps its initial value, counted in *not_in_weights.
+// DeepSeek's copies of the embedding and head inside the modules are ignored (trainer shares them).
+int64_t load_hf_weights(const std::string& dir, model::Transformer& model, const ParameterWriter& write = nullptr,
+                        int64_t* not_in_weights = nullptr);
 
 // Reads optimizer tensors from `loaded` for OptimizerDriver::load_state (one slice at a time).
 // Returns nothing only for state that may be missing (checkpoint::required_optimizer_state: the

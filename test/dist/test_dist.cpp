@@ -530,7 +530,9 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
        " --set model.moe.num_shared_experts=1"},
       {"dp4 etp2 ep2 zero1 qwen3-moe", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", kQwen3Moe},
       // DeepSeek-V3 under tp x pp x ep (the experts folded over the tp pair) and under cp with ZeRO-1.
-      {"tp2 sp pp2 ep2 deepseek-v3", 4, kTpSp + " --set parallel.pp=2 --set parallel.ep=2", kDeepseek},
+      // With multi-token prediction (one module, MoE, on the last stage with its embedding copy).
+      {"tp2 sp pp2 ep2 deepseek-v3 mtp", 4, kTpSp + " --set parallel.pp=2 --set parallel.ep=2",
+       kDeepseek + " --set model.num_nextn_predict_layers=1"},
       {"cp2 ring dp2 ep4 zero1 deepseek-v3", 4, " --set parallel.cp=2 --set parallel.ep=4 --set parallel.zero=1",
        kDeepseek},
   };

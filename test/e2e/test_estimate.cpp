@@ -135,6 +135,10 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (dense)", "[
        R"(model.mla={"q_lora_rank": 48, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, )"
        R"("v_head_dim": 48})",
        "training.dtype=bf16", "training.recompute=selective"},
+      // Multi-token prediction: two modules after the last layer (a dense layer each, the shared
+      // head's loss twice more); one with whole layers recomputed.
+      {"model.num_nextn_predict_layers=2"},
+      {"model.num_nextn_predict_layers=1", "training.recompute=full"},
   });
 }
 
@@ -150,8 +154,9 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (MoE)", "[es
        "training.global_batch_size=2"},
       // Qwen3-MoE: q/k norms, unnormalised top-2, a dense first layer.
       {"model.qk_norm=true", "model.moe.norm_topk_prob=false", "model.moe.layers=[1,2,3]"},
-      // DeepSeek-V3: latent attention, sigmoid scores in groups, a shared expert, a dense first layer.
-      {"model.num_key_value_heads=4",
+      // DeepSeek-V3: latent attention, sigmoid scores in groups, a shared expert, a dense first layer,
+      // a multi-token prediction module (MoE) after the last layer.
+      {"model.num_key_value_heads=4", "model.num_nextn_predict_layers=1",
        R"(model.mla={"q_lora_rank": 48, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, )"
        R"("v_head_dim": 24})",
        "model.moe.layers=[1,2,3]", "model.moe.scoring_func=sigmoid", "model.moe.n_group=2",

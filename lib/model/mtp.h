@@ -1,0 +1,48 @@
+#pragma once
+// One multi-token prediction module of DeepSeek-V3 (model.num_nextn_predict_layers; DeepSeek-V3
+// technical report, section 2.2, with the concatenation order of DeepSeek's released weights and
+// Megatron's: the embedding first). Module k at position i combines the previous depth's hidden
+// state h_i (the main model's last layer output for k = 1) with the embedding of token i + k:
+//   h'_i = eh_proj([enorm(Emb(t_{i+k})); hnorm(h_i)]),  h^k = Block_k(h'),
+// and predicts token i + k + 1 from shared_head.norm(h^k_i) through the shared LM head. Its
+// parameters are DeepSeek's model.layers.{num_hidden_layers + k - 1}.*; the block is a decoder
+// layer of the last layer's kind (MoE in DeepSeek-V3).
+//
+// eh_proj is replicated over tp: its input and output are the residual stream's (this rank's
+// sequence chunk with sequence parallelism, whose weight gradient is then a partial sum over tp,
+// as the norms').
+#include <ATen/core/Tensor.h>
+
+#include <utility>
+
+#include "model/decoder_layer.h"
+#include "model/layers.h"
+#include "recipe/recipe.h"
+
+namespace trainer::model {
+
+class MtpModule {
+ public:
+  // depth: k, from 1.
+  MtpModule(ParameterSet& params, int64_t depth, const recipe::ModelConfig& config, TensorParallel tp,
+            ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
+            const FusedKernels& kernels);
+
+  // h: the previous depth's hidden state, next: the embedding of the tokens k ahead (both [s, b,
+  // hidden], this rank's chunk with sp). Returns this depth's hidden state (before its head norm)
+  // and its block's MoE loss (undefined for a dense block).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& h, const at::Tensor& next, const at::Tensor& cos,
+                                            const at::Tensor& sin, const at::Tensor& token_keys,
+                                            bool recompute_attention_core, bool lean) const;
+  // shared_head.norm: the norm before the shared LM head.
+  const RmsNorm& head_norm() const { return head_norm_; }
+  const DecoderLayer& block() const { return block_; }
+  DecoderLayer& block() { return block_; }
+
+ private:
+  RmsNorm enorm_, hnorm_, head_norm_;
+  Linear eh_proj_;
+  DecoderLayer block_;
+};
+
+}  // namespace trainer::model
