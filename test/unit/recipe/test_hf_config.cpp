@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "process.h"
 #include "recipe_fixture.h"
 
@@ -266,4 +268,59 @@ TEST_CASE("keys of an HF config that trainer neither reads nor knows are listed 
   REQUIRE(loaded.warnings.size() == 1);
   CHECK(loaded.warnings[0].find("ignoring 2 keys trainer does not know: fancy_new_norm, qk_layernorm") !=
         std::string::npos);
+}
+
+TEST_CASE("DeepSeek-V3's hub config gives latent attention - YaRN - grouped sigmoid experts - an MTP module - and "
+          "its FP8 release is refused",
+          "[recipe]") {
+  TempDir dir;
+  // deepseek-ai/DeepSeek-V3-Base's config.json (transformers 4 layout), without its auto_map.
+  const std::string hub = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+    "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+    "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+    "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+    "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "pretraining_tp": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, QUANTIZATION "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})";
+  auto with_quantization = [&](const std::string& q) {
+    std::string text = hub;
+    text.replace(text.find("QUANTIZATION"), 12, q);
+    return text;
+  };
+  dir.write("config.json", with_quantization(""));
+  const std::string recipe = R"({"model": {"hf_config": ")" + dir.path() + R"("}})";
+  const auto r = load_text(recipe, dir.path()).recipe;
+  REQUIRE(r.model.mla);
+  CHECK(r.model.mla->q_lora_rank == 1536);
+  CHECK(r.model.mla->kv_lora_rank == 512);
+  CHECK(r.model.mla->qk_head_dim() == 192);
+  CHECK(r.model.mla->rope_interleave);
+  CHECK(r.model.rotary_dim() == 64);
+  REQUIRE(r.model.rope_scaling);
+  CHECK(r.model.rope_scaling->rope_type == trainer::recipe::RopeType::Yarn);
+  CHECK(r.model.mla_softmax_factor() == Approx(std::pow(0.1 * std::log(40.0) + 1.0, 2)));
+  REQUIRE(r.model.moe);
+  CHECK(r.model.moe->num_local_experts == 256);
+  CHECK(r.model.moe->num_shared_experts == 1);
+  CHECK(r.model.moe->scoring_func == trainer::recipe::ScoringFunc::Sigmoid);
+  CHECK(r.model.moe->n_group == 8);
+  CHECK(r.model.moe->topk_group == 4);
+  CHECK(r.model.moe->routed_scaling_factor == 2.5);
+  CHECK(r.model.moe->router_aux_loss_coef == 0.0);  // transformers trains without one
+  CHECK(r.model.moe->layers.size() == 58);
+  CHECK(r.model.moe->layers.front() == 3);
+  CHECK(r.model.num_nextn_predict_layers == 1);
+  CHECK(r.model.routed_layers().back() == 61);  // the MTP module's block is MoE, as layer 60
+  dir.write("config.json", with_quantization(R"("quantization_config": {"activation_scheme": "dynamic", )"
+                                             R"("fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},)"));
+  const auto problems = problems_of({}, std::nullopt, recipe);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("quantization_config") != std::string::npos);
+  CHECK(problems[0].find("dequantize") != std::string::npos);
 }

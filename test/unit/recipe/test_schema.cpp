@@ -117,6 +117,9 @@ TEST_CASE("recipe_to_json writes every schema key and reads back the same recipe
   r.model.moe->moe_intermediate_size = 32;
   r.model.moe->layers = {0, 2};
   r.model.moe->scoring_func = ScoringFunc::Sigmoid;
+  r.model.mla.emplace();
+  r.model.mla->q_lora_rank = 24;
+  r.model.num_nextn_predict_layers = 1;
   r.parallel.pipeline_schedule = ScheduleKind::ZBV;
   r.training.fused_kernels = {FusedKernel::Swiglu, FusedKernel::RmsNorm};
   r.checkpoint.resume = ResumeFrom::parse("/ckpt/step-00000010");
@@ -135,6 +138,9 @@ TEST_CASE("recipe_to_json writes every schema key and reads back the same recipe
   CHECK(j["parallel"]["pipeline_schedule"] == "zbv");
   CHECK(j["model"]["moe"]["scoring_func"] == "sigmoid");
   CHECK(j["model"]["moe"]["layers"] == nlohmann::json::array({0, 2}));
+  CHECK(j["model"]["mla"]["q_lora_rank"] == 24);
+  CHECK(j["model"]["mla"]["kv_lora_rank"] == 512);
+  CHECK(j["model"]["num_nextn_predict_layers"] == 1);
   CHECK(j["model"]["rope_scaling"].is_null());
   CHECK(j["training"]["fused_kernels"] == nlohmann::json::array({"swiglu", "rms_norm"}));
   CHECK(j["checkpoint"]["resume"] == "/ckpt/step-00000010");
