@@ -232,7 +232,9 @@ void StepLog::print_step(const StepEnd& end, const StepReading& reading) {
   metrics::StepMetrics m = step_metrics(end, reading);
   std::string moe_summary;
   if (f.moe_load.defined()) moe_summary = moe_statistics(f, &m.extra);
-  say(metrics::format_console_line(m) + moe_summary);
+  const std::string mtp_summary =
+      m.extra.contains("mtp_loss") ? fmt::format(" | mtp loss {:.4f}", m.extra["mtp_loss"].get<double>()) : "";
+  say(metrics::format_console_line(m) + mtp_summary + moe_summary);
   if (!compared_) {
     compared_ = true;
     say(fmt::format("predicted vs measured (rank 0): peak tensor memory {} vs {} ({:+.1f}%); step time {}",
