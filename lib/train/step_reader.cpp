@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <vector>
+
 #include "train/train_step.h"
 
 namespace trainer::train {
@@ -31,9 +33,9 @@ void StepReader::after_step(StepEnd& end) {
   if (!logged && !read_now) return;
 
   // The one host synchronisation of these steps.
-  const at::Tensor host =
-      at::stack({loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_, f.mtp_sum / at::clamp_min(f.real_tokens, 1.0)})
-          .to(at::kCPU);
+  std::vector<at::Tensor> figures = {loss, f.aux_sum, f.grad_norm, first_bad_loss_, first_bad_norm_};
+  if (f.mtp_sum.defined()) figures.push_back(f.mtp_sum / at::clamp_min(f.real_tokens, 1.0));
+  const at::Tensor host = at::stack(figures).to(at::kCPU);
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - last_read_).count();
   StepReading r;
@@ -53,7 +55,7 @@ void StepReader::after_step(StepEnd& end) {
   r.first_bad_loss = host[3].item<double>();
   r.first_bad_norm = host[4].item<double>();
   const int64_t depth = recipe_.model.num_nextn_predict_layers;
-  r.mtp_loss = depth > 0 ? host[5].item<double>() / double(depth) : 0.0;
+  r.mtp_loss = f.mtp_sum.defined() && depth > 0 ? host[5].item<double>() / double(depth) : 0.0;
   r.logged = logged;
   last_loss_ = r.loss;
   end.reading = r;

@@ -71,7 +71,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   StepFigures f;
   f.loss_sum = at::zeros({}, scalar);
   f.aux_sum = at::zeros({}, scalar);
-  f.mtp_sum = at::zeros({}, scalar);
+  if (recipe_.model.num_nextn_predict_layers > 0) f.mtp_sum = at::zeros({}, scalar);
   f.real_tokens = at::zeros({}, scalar);
   const std::vector<MicroBatch> batches = load_micro_batches(consumed_samples, f);
   f.times.data_s = data.seconds();
@@ -109,11 +109,13 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   f.times.backward_s = compute[1];
   if (device_.is_cpu()) record_chunk_times(executor, f);
   optimizer_.finish_gradients();
-  all_reduce_scalars(dp, {&f.loss_sum, &f.mtp_sum});
+  all_reduce_scalars(dp, {&f.loss_sum});
+  if (f.mtp_sum.defined()) all_reduce_scalars(dp, {&f.mtp_sum});
   // MoE losses are split over the tp ranks too (each routes its part of the sequence).
   all_reduce_scalars(groups_.get(mesh::GroupKind::TpDpCp), {&f.aux_sum});
   // The loss lives on the stage of the model's last chunk: every stage gets it.
-  if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum, &f.mtp_sum});
+  if (mesh_.pp > 1) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.loss_sum, &f.aux_sum});
+  if (mesh_.pp > 1 && f.mtp_sum.defined()) all_reduce_scalars(groups_.get(mesh::GroupKind::Pp), {&f.mtp_sum});
   if (recipe_.model.moe) gather_moe_statistics(f);
   f.grad_norm = optimizer_.grad_norm();
   f.times.comm_wait_s = whole.waited();

@@ -24,7 +24,7 @@ namespace trainer::train {
 struct StepFigures {
   at::Tensor loss_sum;     // token losses summed
   at::Tensor aux_sum;      // MoE load-balancing losses summed over micro-batches and data-parallel ranks
-  at::Tensor mtp_sum;      // multi-token prediction cross-entropy sums (all modules), like loss_sum
+  at::Tensor mtp_sum;      // multi-token prediction cross-entropy sums (all modules), like loss_sum; undefined without MTP
   at::Tensor real_tokens;  // targets in the loss
   at::Tensor grad_norm;    // before clipping
   // On the CPU only (host time is meaningful there): [model chunks, 3] doubles, the seconds one
