@@ -129,6 +129,13 @@ Id attention_core_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
   return out;
 }
 
+void attention_core_again(Replay& r, AttentionSaved& a) {
+  Id lse = Timeline::kNone, mask = Timeline::kNone;
+  a.out = attention_core_forward(r, /*keep_lse=*/true, lse, mask);
+  a.lse = lse;
+  a.mask = mask;
+}
+
 void attention_core_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv) {
   dq = r.alloc(q_bytes(r));
   dk = r.alloc(kv_bytes(r));
@@ -258,10 +265,7 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
   if (r.core_recompute()) {
     // The core again with autograd (out and lse saved), its output o_proj's input, then o_proj's
     // gradients and the core's backward.
-    Id lse = Timeline::kNone, mask = Timeline::kNone;
-    a.core.out = attention_core_forward(r, /*keep_lse=*/true, lse, mask);
-    a.core.lse = lse;
-    a.core.mask = mask;
+    attention_core_again(r, a.core);
     a.o_in = a.core.out;
     r.hold(a.o_in);
   }

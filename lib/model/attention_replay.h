@@ -27,6 +27,9 @@ struct AttentionSaved {
 // Returns out; `keep_lse` false when the core runs without autograd (selective recompute): then
 // neither the log-sum-exp nor a window's mask stays.
 Id attention_core_forward(Replay& r, bool keep_lse, Id& lse, Id& mask);
+// The core run again with autograd at the start of backward (core_attention and selective
+// recompute): out, the log-sum-exp and a window's mask saved into `a`.
+void attention_core_again(Replay& r, AttentionSaved& a);
 // Consumes the gradient of out and releases q, k, v, out, lse; returns dq, dk, dv.
 void attention_core_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, Id& dk, Id& dv);
 

@@ -27,7 +27,7 @@ at::Tensor deinterleave(const at::Tensor& x) {
 
 MlaAttention::MlaAttention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config,
                            TensorParallel tp, ContextParallel cp)
-    : tp_(tp), cp_(cp), local_heads_(config.num_attention_heads / tp.size), query_factor_(config.mla_softmax_factor()) {
+    : cp_(cp), local_heads_(config.num_attention_heads / tp.size), query_factor_(config.mla_softmax_factor()) {
   const recipe::MlaConfig& mla = *config.mla;
   const int64_t hidden = config.hidden_size, heads = config.num_attention_heads, qk = mla.qk_head_dim();
   kv_lora_rank_ = mla.kv_lora_rank;

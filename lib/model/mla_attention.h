@@ -33,7 +33,6 @@ class MlaAttention {
   Linear q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;
   RmsNorm q_a_norm_, kv_a_norm_;
   bool q_lora_ = false, interleaved_ = true;
-  TensorParallel tp_;
   ContextParallel cp_;
   int64_t local_heads_ = 0, kv_lora_rank_ = 0, nope_ = 0, rope_ = 0, v_dim_ = 0;
   double query_factor_ = 1.0;

@@ -100,10 +100,7 @@ Id mla_attention_backward(Replay& r, Id g, MlaBlock& a) {
   const int64_t v_in = heads(r) * r.s.mla.v;
   const Id go = gather_grad_copy(r, g);
   if (r.core_recompute()) {
-    Id lse = Timeline::kNone, mask = Timeline::kNone;
-    a.core.out = attention_core_forward(r, /*keep_lse=*/true, lse, mask);
-    a.core.lse = lse;
-    a.core.mask = mask;
+    attention_core_again(r, a.core);
     a.o_in = o_proj_input(r, a.core.out);
   }
   // Recomputed (recomputed_linear's backward), o_proj's input and its gradient are the function's
