@@ -39,6 +39,7 @@ struct RankShape {
   // decoder layer (MoE when mtp_moe) with its embedding lookup, norms, projection and loss.
   int64_t mtp_depth = 0;
   bool mtp_moe = false;
+  bool mtp_window = false;  // the blocks attend through `window` (the last layer is windowed)
   // The sliding window of the layers being replayed (model.sliding_window), 0 for full causal
   // attention; set only when shorter than the whole sequence (training.seq_len).
   int64_t window = 0;

@@ -231,7 +231,7 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
                                     int64_t(s.fused.grad_accumulation), s.etp, int64_t(s.attention_bias),
                                     int64_t(s.qk_norm), s.window, s.mla.q_lora, s.mla.kv_lora, s.mla.nope,
                                     s.mla.rope, s.mla.v, int64_t(s.mla.interleaved), int64_t(s.mla.scaled),
-                                    s.mtp_depth, int64_t(s.mtp_moe)};
+                                    s.mtp_depth, int64_t(s.mtp_moe), int64_t(s.mtp_window)};
   auto it = models_.find(key);
   if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
   return it->second;

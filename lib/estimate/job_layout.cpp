@@ -29,7 +29,7 @@ LayerParams layer_params(const recipe::Recipe& r, const ModelCounts& c, bool moe
     l.norm += latent_norms;
     l.dense = c.attention_replicated_params_per_layer +
               (c.attention_params_per_layer - c.attention_replicated_params_per_layer) / p.tp + l.norm;
-    l.tensors = a.q_lora_rank ? 9 : 6;  // q_a, q_a norm, q_b (or q), kv_a, kv_a norm, kv_b, o, two norms
+    l.tensors = a.q_lora_rank ? 9 : 7;  // q_a, q_a norm, q_b (or q), kv_a, kv_a norm, kv_b, o, two norms
   }
   // No weight decay (optimizer groups) for the q, k, v biases and the q/k norms either.
   if (r.model.attention_bias) {
@@ -118,8 +118,21 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       s.largest_layer_params = std::max(s.largest_layer_params, lp.dense + lp.expert + own);
       if (dense_gathered || experts_gathered)
         s.unit_params.back() += job.counts.mtp_modules * ((dense_gathered ? lp.dense + own : 0) +
-                                                         (experts_gathered ? lp.expert : 0)) +
-                                (dense_gathered ? copy : 0);
+                                                         (experts_gathered ? lp.expert : 0));
+      // Tables used more than once in a step stay gathered for it (ZeRO-3's pinned buckets): the
+      // LM head (the main loss and each module's), an embedding on this stage (its lookup and
+      // the modules'), and the copy when more than one module reads it.
+      if (dense_gathered) {
+        if (!tied_here) {
+          s.unit_params.back() -= V_rank * H;  // the head, counted in the head's unit above
+          s.pinned_params += V_rank * H;
+        }
+        if (s.first && !tied_here) {
+          s.unit_params.front() -= V_rank * H;
+          s.pinned_params += V_rank * H;
+        }
+        if (copy > 0) (job.counts.mtp_modules > 1 ? s.pinned_params : s.unit_params.back()) += copy;
+      }
     }
     if (s.last) {
       s.params.dense += H;  // final norm
@@ -159,6 +172,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   // The windowed layers' window, where it is shorter than the sequence (model_micro_batch replays
   // them apart from the full-attention layers).
   if (m.sliding_window && *m.sliding_window < t.seq_len) sh.window = *m.sliding_window;
+  sh.mtp_window = sh.mtp_depth > 0 && sh.window > 0 && m.window_of(m.num_hidden_layers) > 0;
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {

@@ -31,8 +31,9 @@ struct StageLayout {
   StageParams params;
   int64_t largest_layer_params = 0;          // one layer's local parameters
   // ZeRO-3's units on this stage in model order (the embedding, each decoder layer, the final norm
-  // and LM head): the local parameters each gathers. An embedding tied to the head on this stage
-  // is gathered once and kept for the step: counted in pinned_params, not in a unit.
+  // and LM head): the local parameters each gathers. An embedding tied to the head on this stage,
+  // and with multi-token prediction the LM head and the embedding tables the modules read, are
+  // gathered once and kept for the step: counted in pinned_params, not in a unit.
   std::vector<int64_t> unit_params;
   int64_t pinned_params = 0;
 };

@@ -124,25 +124,28 @@ ModelCounts count_model(const recipe::ModelConfig& model, int64_t seq_len) {
   c.dense_flops_per_token = 6.0 * static_cast<double>(c.matmul_params_per_token);
   c.attention_flops_per_token = 12.0 * static_cast<double>(L) * static_cast<double>(heads) *
                                 static_cast<double>(head_dim) * static_cast<double>(seq_len);
+  // A module's attention is one more layer's of the last layer's kind, over the whole sequence.
+  const int64_t last_window = c.layers.empty() ? 0 : c.layers.back().window;
   if (std::any_of(c.layers.begin(), c.layers.end(), [](const LayerCounts& l) { return l.window > 0; })) {
     // A window W attends W(W+1)/2 + (T-W)W (query, key) pairs where causal attention attends
     // T(T+1)/2: the layer's length scaled by that ratio.
     const double T = static_cast<double>(seq_len);
+    auto layer_length = [T](int64_t window) {
+      const double W = static_cast<double>(window);
+      return window > 0 ? T * (W * (W + 1) / 2 + (T - W) * W) / (T * (T + 1) / 2) : T;
+    };
     double length = 0;
-    for (const auto& layer : c.layers) {
-      const double W = static_cast<double>(layer.window);
-      length += layer.window > 0 ? T * (W * (W + 1) / 2 + (T - W) * W) / (T * (T + 1) / 2) : T;
-    }
+    for (const auto& layer : c.layers) length += layer_length(layer.window);
+    length += static_cast<double>(c.mtp_modules) * layer_length(last_window);
     c.attention_flops_per_token =
         12.0 * static_cast<double>(heads) * static_cast<double>(head_dim) * length;
+  } else if (c.mtp_modules > 0) {
+    c.attention_flops_per_token *= double(L + c.mtp_modules) / double(L);
   }
   if (model.mla)  // QK^T over qk_nope + qk_rope, AV over v_head_dim (not the padding the kernels see)
-    c.attention_flops_per_token = 6.0 * static_cast<double>(L) * static_cast<double>(heads) *
+    c.attention_flops_per_token = 6.0 * static_cast<double>(L + c.mtp_modules) * static_cast<double>(heads) *
                                   static_cast<double>(model.mla->qk_head_dim() + model.mla->v_head_dim) *
                                   static_cast<double>(seq_len);
-  // A module's attention is one more layer's, over the whole sequence.
-  if (c.mtp_modules > 0)
-    c.attention_flops_per_token *= double(L + c.mtp_modules) / double(L);
   c.flops_per_token = c.dense_flops_per_token + c.attention_flops_per_token;
   return c;
 }

@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <vector>
+
+#include "model/transformer.h"  // kIgnoreIndex
+
 namespace trainer::model {
 
 MtpModule::MtpModule(ParameterSet& params, int64_t depth, const recipe::ModelConfig& config, TensorParallel tp,
@@ -17,6 +21,19 @@ MtpModule::MtpModule(ParameterSet& params, int64_t depth, const recipe::ModelCon
   eh_proj_ = Linear(params, prefix + "eh_proj.weight", 2 * h, h, LinearKind::Replicated, tp);
   if (tp.sp()) params.find(prefix + "eh_proj.weight")->grad_group = mesh::GroupKind::TpDpCp;
   head_norm_ = RmsNorm(params, prefix + "shared_head.norm.weight", h, config.rms_norm_eps, tp, kernels.rms_norm);
+}
+
+at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_t depth) {
+  const int64_t t = inputs.size(1);
+  // The whole sequence: the inputs and the last target (an ignored one reads as token 0; no
+  // position predicts from it).
+  const at::Tensor sequence = at::cat({inputs, targets.narrow(1, t - 1, 1).clamp_min(0)}, 1);
+  std::vector<at::Tensor> tokens, module_targets;
+  for (int64_t k = 1; k <= depth; ++k) {
+    tokens.push_back(at::constant_pad_nd(sequence.narrow(1, k, t + 1 - k), {0, k - 1}, 0));
+    module_targets.push_back(at::constant_pad_nd(targets.narrow(1, k, t - k), {0, k}, double(kIgnoreIndex)));
+  }
+  return at::stack({at::stack(tokens), at::stack(module_targets)});
 }
 
 std::pair<at::Tensor, at::Tensor> MtpModule::forward(const at::Tensor& h, const at::Tensor& next, const at::Tensor& cos,

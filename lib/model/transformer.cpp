@@ -190,12 +190,12 @@ at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, co
 }
 
 at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
-                                      const at::Tensor& targets, ForwardOutput* out) const {
+                                      const at::Tensor& targets, ForwardOutput* out, const at::Tensor& mtp_ahead) const {
   ForwardOutput local;
   ForwardOutput& result = out ? *out : local;
   const SequenceTables tables = sequence_tables(inputs);
   const at::Tensor x = chunk_layers(chunk, hidden, inputs, tables, &result.aux_loss);
-  return chunks_.at(size_t(chunk)).head ? loss(x, inputs, targets, tables, &result) : x;
+  return chunks_.at(size_t(chunk)).head ? loss(x, inputs, targets, mtp_ahead, tables, &result) : x;
 }
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
@@ -242,21 +242,16 @@ at::Tensor Transformer::head_loss(const at::Tensor& h, const at::Tensor& targets
                                   options_.kernels);
 }
 
-at::Tensor Transformer::mtp_losses(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
-                                   const SequenceTables& tables, at::Tensor* aux) const {
-  const int64_t t = inputs.size(1);
-  // The whole sequence and its last target: token i + k for module k at position i (ids past the
-  // window are 0: their positions predict nothing).
-  const at::Tensor sequence = at::cat({inputs, targets.narrow(1, t - 1, 1).clamp_min(0)}, 1);
+at::Tensor Transformer::mtp_losses(const at::Tensor& h0, const at::Tensor& ahead, const SequenceTables& tables,
+                                   at::Tensor* aux) const {
   const bool lean = recipe::lean_layers(options_.recompute);
   const bool core = recipe::recomputes_core_attention(options_.recompute);
-  at::Tensor h = x, sum;
+  at::Tensor h = h0, sum;
   for (size_t i = 0; i < mtp_.size(); ++i) {
     const MtpModule& module = mtp_[i];
-    const int64_t k = int64_t(i) + 1;
-    const at::Tensor next_tokens =
-        at::constant_pad_nd(sequence.narrow(1, k, t + 1 - k), {0, k - 1}, 0);
-    const at::Tensor module_targets = at::constant_pad_nd(targets.narrow(1, k, t - k), {0, k}, double(kIgnoreIndex));
+    // Token i + k for module k at position i (0 past the window: those positions predict nothing)
+    // and its target i + k + 1.
+    const at::Tensor next_tokens = ahead[0][int64_t(i)], module_targets = ahead[1][int64_t(i)];
     const at::Tensor next = mtp_embed_.forward(next_tokens.t());
     at::Tensor module_aux;
     if (options_.recompute == Recompute::Full) {
@@ -273,21 +268,32 @@ at::Tensor Transformer::mtp_losses(const at::Tensor& x, const at::Tensor& inputs
       std::tie(h, module_aux) = module.forward(h, next, tables.cos, tables.sin, tables.token_keys, core, lean);
     }
     if (module_aux.defined()) *aux = *aux + module_aux;
-    const at::Tensor module_loss = head_loss(module.head_norm().forward(h, lean), module_targets);
+    // The normed state feeds both the shared head and the next depth (as Megatron's MTP block).
+    h = module.head_norm().forward(h, lean);
+    const at::Tensor module_loss = head_loss(h, module_targets);
     sum = sum.defined() ? sum + module_loss : module_loss;
   }
   return sum;
 }
 
 at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
-                             const SequenceTables& tables, ForwardOutput* out) const {
+                             const at::Tensor& mtp_ahead, const SequenceTables& tables, ForwardOutput* out) const {
   params_.before_forward(head_unit());
   const at::Tensor h = final_norm_.forward(x, recipe::lean_layers(options_.recompute));
   out->loss_sum = head_loss(h, targets);
   out->tokens = targets.numel();
   at::Tensor objective = out->loss_sum;
   if (!mtp_.empty()) {
-    const at::Tensor mtp = mtp_losses(x, inputs, targets, tables, &out->aux_loss);
+    // The first module reads the main model's normed hidden state, the one the LM head reads
+    // (Megatron's MTP and vLLM's DeepSeek MTP draft take the final norm's output).
+    at::Tensor ahead = mtp_ahead;
+    if (!ahead.defined()) {
+      // Under context parallelism the tokens ahead lie in other ranks' chunks: the batch brings them.
+      if (options_.cp.size > 1)
+        throw std::logic_error("multi-token prediction under context parallelism needs the batch's mtp_ahead");
+      ahead = model::mtp_ahead(inputs, targets, int64_t(mtp_.size()));
+    }
+    const at::Tensor mtp = mtp_losses(h, ahead, tables, &out->aux_loss);
     out->mtp_loss_sum = mtp.detach();
     objective = objective + mtp * (options_.config.mtp_loss_weight / double(mtp_.size()));
   }

@@ -89,9 +89,10 @@ class Transformer {
   // tokens (first model chunk) or `hidden` [s, b, h] (the previous chunk's output) to the hidden
   // state for the next chunk, or for the model's last chunk to the loss sum (`out` gets the loss,
   // the MoE loss and the token count). `inputs` [B, T] give the sequence length; `targets` are
-  // needed by the last chunk only.
+  // needed by the last chunk only, and with multi-token prediction `mtp_ahead` (mtp.h's, split
+  // like the inputs): required under context parallelism, else computed here when undefined.
   at::Tensor forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, const at::Tensor& targets,
-                           ForwardOutput* out) const;
+                           ForwardOutput* out, const at::Tensor& mtp_ahead = at::Tensor()) const;
   int64_t chunks() const { return int64_t(chunks_.size()); }
   const ChunkLayout& chunk_layout(int64_t chunk) const { return chunks_.at(size_t(chunk)); }
 
@@ -131,13 +132,14 @@ class Transformer {
   // Final norm, LM head and the loss over the vocabulary (parallel under tp), then the multi-token
   // prediction modules; returns what backward takes (ForwardOutput::objective).
   at::Tensor loss(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
-                  const SequenceTables& tables, ForwardOutput* out) const;
+                  const at::Tensor& mtp_ahead, const SequenceTables& tables, ForwardOutput* out) const;
   // The cross-entropy sum of normalised hidden states `h` [s, b, H] (this rank's chunk with sp)
   // against `targets` [b, s] through the LM head.
   at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets) const;
-  // The multi-token prediction modules on the last layer's output x: the sum of their losses.
-  at::Tensor mtp_losses(const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& targets,
-                        const SequenceTables& tables, at::Tensor* aux) const;
+  // The multi-token prediction modules on h0, the final norm's output, reading the tokens and
+  // targets ahead from `ahead` (mtp_ahead's): the sum of their losses.
+  at::Tensor mtp_losses(const at::Tensor& h0, const at::Tensor& ahead, const SequenceTables& tables,
+                        at::Tensor* aux) const;
 
   ModelOptions options_;
   ParameterSet params_;

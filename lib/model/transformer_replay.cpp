@@ -55,6 +55,7 @@ struct MoeLayer {
 // --- first stage: batch, rotary tables, embedding ----------------------------------------------
 struct Pre {
   Id inputs = Timeline::kNone, targets = Timeline::kNone, cos = Timeline::kNone, sin = Timeline::kNone;
+  Id ahead = Timeline::kNone;  // multi-token prediction's tokens and targets ahead
   Id aux = Timeline::kNone;
 };
 
@@ -179,6 +180,8 @@ LayerSegments pre(Replay& r, bool first_stage, bool last_stage) {
     const Id all = r.alloc(r.s.micro_batch * (r.s.seq + 1) * kI64);
     p.inputs = r.alloc(bs * kI64);
     p.targets = r.alloc(bs * kI64);
+    // mtp_ahead (model/mtp.h): a token and a target row per module and position.
+    if (r.s.mtp_depth > 0) p.ahead = r.alloc(2 * r.s.mtp_depth * bs * kI64);
     r.drop(all);
   }
   const RotaryTables tables = rotary_tables(r);
@@ -232,6 +235,7 @@ LayerSegments pre(Replay& r, bool first_stage, bool last_stage) {
   r.drop(p.sin);
   r.drop(p.inputs);
   r.drop(p.targets);
+  r.drop(p.ahead);
   seg.backward = r.t.end();
   return seg;
 }
@@ -245,6 +249,7 @@ struct MtpModule {
   DenseLayer dense;
   MoeLayer moe;
   Id in = Timeline::kNone, lse = Timeline::kNone, loss = Timeline::kNone;
+  Id h = Timeline::kNone, next = Timeline::kNone;  // full recompute: the module's saved inputs
 };
 
 // The embedding lookup of the shifted tokens (the vocabulary-parallel sum over tp as the first
@@ -265,9 +270,9 @@ Id mtp_lookup(Replay& r) {
   return e;
 }
 
-// h: the previous depth's hidden state (kept by the caller). Returns the module's output.
-Id mtp_forward(Replay& r, Id h, MtpModule& m) {
-  const Id e = mtp_lookup(r);
+// The module up to its block's output, with autograd: e (the lookup, owned here) and h (kept by
+// the caller) through their norms, the concatenation, eh_proj and the block.
+Id mtp_block_forward(Replay& r, Id h, Id e, MtpModule& m) {
   const Id en = norm_forward(r, e, r.Tn(), m.enorm);
   r.drop(e);  // saved by its norm
   const Id hn = norm_forward(r, h, r.Tn(), m.hnorm);
@@ -277,22 +282,55 @@ Id mtp_forward(Replay& r, Id h, MtpModule& m) {
   const Id projected = r.gemm(r.Tn(), r.H(), 2 * r.H());  // eh_proj saves the concatenation
   const Id out = r.s.mtp_moe ? moe_forward_inner(r, projected, m.moe) : dense_forward_inner(r, projected, m.dense);
   r.drop(projected);
-  const Id normed = norm_forward(r, out, r.Tn(), m.head_norm);
-  m.in = gather_input(r, normed);
-  m.lse = loss_forward(r);
-  if (m.in != normed) r.drop(normed);
-  m.loss = r.alloc(kF32);
   return out;
 }
 
-// g_out: the gradient of the module's output from the next module (none for the last). Returns
-// the gradient of its input h.
+// h: the previous depth's normed hidden state (kept by the caller). Returns the module's normed
+// output, which the shared head and the next module read (one reference for the caller).
+Id mtp_forward(Replay& r, Id h, MtpModule& m) {
+  const Id e = mtp_lookup(r);
+  Id out = Timeline::kNone;
+  if (r.s.recompute == Recompute::Full) {
+    // recompute(module, {h, next}) (Transformer::mtp_losses): both saved, the module runs without
+    // autograd and only its block's output stays; backward runs it again with autograd.
+    m.h = h;
+    m.next = e;
+    r.hold(h);
+    const Id en = norm_nograd(r, e, r.Tn());
+    const Id hn = norm_nograd(r, h, r.Tn());
+    const Id joined = r.ew(r.Tn() * 2 * r.H() * r.e);
+    r.drop(en);
+    r.drop(hn);
+    const Id projected = r.gemm(r.Tn(), r.H(), 2 * r.H());
+    r.drop(joined);
+    out = r.s.mtp_moe ? moe_nograd(r, projected) : dense_nograd(r, projected);
+    r.drop(projected);
+  } else {
+    out = mtp_block_forward(r, h, e, m);
+  }
+  const Id normed = norm_forward(r, out, r.Tn(), m.head_norm);
+  r.drop(out);  // saved by its norm where the norm needs it
+  m.in = gather_input(r, normed);
+  m.lse = loss_forward(r);
+  if (m.in == normed) r.hold(normed);  // saved by the loss, and the caller's
+  m.loss = r.alloc(kF32);
+  return normed;
+}
+
+// g_out: the gradient of the module's normed output from the next module (none for the last).
+// Returns the gradient of its input h.
 Id mtp_backward(Replay& r, Id g_out, MtpModule& m) {
   const Id gl = loss_backward(r);
   r.drop(m.lse);
   r.drop(m.in);
-  Id g = norm_backward(r, reduce_grad(r, gl), m.head_norm, Timeline::kNone);
-  if (g_out != Timeline::kNone) r.accumulate(g, g_out);
+  const Id gn = reduce_grad(r, gl);
+  if (g_out != Timeline::kNone) r.accumulate(gn, g_out);
+  const Id g = norm_backward(r, gn, m.head_norm, Timeline::kNone);
+  Id out_again = Timeline::kNone;  // full recompute: the block's output again, alive until backward returns
+  if (m.next != Timeline::kNone) {
+    r.hold(m.next);
+    out_again = mtp_block_forward(r, m.h, m.next, m);
+  }
   const Id gp = r.s.mtp_moe ? moe_backward_inner(r, g, m.moe) : dense_backward_inner(r, g, m.dense);
   const Id gj = linear_backward(r, gp, r.Tn(), r.H(), 2 * r.H(), m.joined);
   // The concatenation's backward: views of gj; the two norms' input gradients.
@@ -309,6 +347,9 @@ Id mtp_backward(Replay& r, Id g_out, MtpModule& m) {
   r.drop(gathered);
   r.drop(ge);
   r.drop(m.loss);
+  r.drop(out_again);
+  r.drop(m.next);  // the saved inputs (kNone without full recompute)
+  r.drop(m.h);
   return gh;
 }
 
@@ -332,16 +373,22 @@ LayerSegments head(Replay& r, bool last_stage) {
   const Id hn = norm_forward(r, x, r.Tn(), norm);
   const Id in = gather_input(r, hn);  // saved whole by the loss function (sp: the gathered rows)
   const Id lse = loss_forward(r);
-  if (in != hn) r.drop(hn);  // only the gathered rows are saved
-  const Id loss = r.alloc(2 * kF32);  // loss_sum and the normalised loss
+  // The modules read the normed state hn, then each the previous module's normed output.
   std::vector<MtpModule> modules(size_t(r.s.mtp_depth));
-  Id h = x;
+  if (modules.empty()) {
+    if (in != hn) r.drop(hn);  // only the gathered rows are saved
+  } else if (in == hn) {
+    r.hold(hn);  // saved by the loss and read by the modules
+  }
+  const Id loss = r.alloc(2 * kF32);  // loss_sum and the normalised loss
+  Id h = hn;
   for (auto& module : modules) {
     const Id next = mtp_forward(r, h, module);
-    if (h != x) r.drop(h);  // the previous module's output: the norms that read it keep it
+    if (h != hn) r.drop(h);  // the previous module's output: the norms that read it keep it
     h = next;
   }
-  if (h != x) r.drop(h);
+  if (h != hn) r.drop(h);
+  if (!modules.empty()) r.drop(hn);
   r.drop(x);  // hidden_states returns; fp32 keeps x saved by the norm
   seg.forward = r.t.end();
   r.t.begin();
@@ -351,8 +398,9 @@ LayerSegments head(Replay& r, bool last_stage) {
   const Id gh = loss_backward(r);
   r.drop(lse);
   r.drop(in);
-  const Id gx = norm_backward(r, reduce_grad(r, gh), norm, Timeline::kNone);
-  if (gh_next != Timeline::kNone) r.accumulate(gx, gh_next);
+  const Id ghn = reduce_grad(r, gh);
+  if (gh_next != Timeline::kNone) r.accumulate(ghn, gh_next);
+  const Id gx = norm_backward(r, ghn, norm, Timeline::kNone);
   r.drop(loss);
   (void)gx;
   seg.backward = r.t.end();
@@ -385,7 +433,9 @@ MicroBatchModel model_micro_batch(const RankShape& shape) {
     m.dense_window = run(dense, shape);
     if (shape.experts > 0) m.moe_window = run(moe, shape);
   }
-  m.head_last = run([](Replay& r) { return head(r, true); }, full);
+  RankShape last = full;  // the multi-token prediction blocks attend as the last layer
+  if (shape.mtp_window) last.window = shape.window;
+  m.head_last = run([](Replay& r) { return head(r, true); }, last);
   m.head_other = run([](Replay& r) { return head(r, false); }, full);
   return m;
 }

@@ -228,7 +228,8 @@ struct ModelConfig {
   bool is_moe_layer(int64_t layer) const;
   // The indices of every MoE layer in order: model.moe.layers, then the MoE prediction blocks.
   std::vector<int64_t> routed_layers() const;
-  // The attention window of `layer` in tokens (itself included), or 0 for full causal attention.
+  // The attention window of `layer` in tokens (itself included), or 0 for full causal attention;
+  // a multi-token prediction block (layer >= num_hidden_layers) has the last layer's.
   int64_t window_of(int64_t layer) const;
   // The width the rotary tables cover: model.mla's qk_rope_head_dim, else head_dim.
   int64_t rotary_dim() const { return mla ? mla->qk_rope_head_dim : head_dim; }
@@ -293,7 +294,7 @@ struct ModelConfig {
     t.key("sliding_window_layers", &ModelConfig::sliding_window_layers, at_least(0).or_computed(),
         "Indices (0-based) of the layers that use `model.sliding_window`; the others attend to "
         "the whole causal context (Qwen2's `max_window_layers` k: layers k and above). null: all "
-        "layers.");
+        "layers. Multi-token prediction blocks attend as the last layer.");
     t.key("make_vocab_size_divisible_by", &ModelConfig::make_vocab_size_divisible_by, at_least(1),
         "The embedding and LM head are padded to a multiple of this x `parallel.tp` rows "
         "(Megatron's padding; zero rows outside the softmax, never in checkpoints or exports). 1 "
@@ -307,10 +308,11 @@ struct ModelConfig {
         "[model.moe](#modelmoe).");
     t.key("num_nextn_predict_layers", &ModelConfig::num_nextn_predict_layers, at_least(0),
         "Multi-token prediction (DeepSeek-V3): D sequential modules after the last layer; module k "
-        "normalises the previous hidden state and the embedding of the token k ahead "
+        "normalises the previous depth's hidden state (the final norm's output for k = 1, the "
+        "previous module's `shared_head.norm` output after) and the embedding of the token k ahead "
         "(`enorm`, `hnorm`), projects their concatenation back to the hidden size (`eh_proj`), runs "
-        "one decoder layer (MoE when the last layer is) and predicts the token k + 1 ahead through "
-        "its own norm (`shared_head.norm`) and the shared LM head. Parameters "
+        "one decoder layer of the last layer's kind (MoE, window) and predicts the token k + 1 ahead "
+        "through its own norm (`shared_head.norm`) and the shared LM head. Parameters "
         "`model.layers.{num_hidden_layers + k - 1}.*` (DeepSeek's names), on the last pipeline "
         "stage. 0: off.");
     t.key("mtp_loss_weight", &ModelConfig::mtp_loss_weight, at_least(0),
@@ -393,7 +395,8 @@ struct ParallelConfig {
         "Decoder layers of each model chunk in model order (pp x vpp entries summing to "
         "`num_hidden_layers`; chunks between the first and the last need one at least). null: a "
         "balanced split that counts the LM head and loss of the last chunk as extra layers of "
-        "work (vocabulary x hidden / one layer's weights).");
+        "work (vocabulary x hidden / one layer's weights; each multi-token prediction module as "
+        "one more layer, its eh_proj and one more head).");
     t.key("grad_bucket_mb", &ParallelConfig::grad_bucket_mb, positive(),
         "Size of the data-parallel gradient buckets in MiB; each bucket's reduction starts as "
         "soon as its last gradient is ready during backward.");

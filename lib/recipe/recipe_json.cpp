@@ -43,6 +43,7 @@ std::vector<int64_t> ModelConfig::routed_layers() const {
 
 int64_t ModelConfig::window_of(int64_t layer) const {
   if (!sliding_window) return 0;
+  if (layer >= num_hidden_layers) return window_of(num_hidden_layers - 1);  // an MTP block: the last layer's kind
   for (auto l : sliding_window_layers)
     if (l == layer) return *sliding_window;
   return 0;

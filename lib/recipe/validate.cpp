@@ -96,11 +96,6 @@ class Checker {
           m.intermediate_size, p.tp, divisors_text(m.intermediate_size, 16));
     if (m.mla) mla_rules();
     if (m.num_nextn_predict_layers > 0) {
-      if (p.cp > 1)
-        add("model.num_nextn_predict_layers={} with parallel.cp={}: multi-token prediction is not built with context "
-            "parallelism (its targets k tokens ahead cross the zigzag chunks); set parallel.cp=1 or "
-            "model.num_nextn_predict_layers=0",
-            m.num_nextn_predict_layers, p.cp);
       if (m.num_nextn_predict_layers >= r_.training.seq_len)
         add("model.num_nextn_predict_layers={} leaves no target within training.seq_len={}; use fewer modules",
             m.num_nextn_predict_layers, r_.training.seq_len);

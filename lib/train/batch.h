@@ -15,18 +15,23 @@ namespace trainer::train {
 struct MicroBatch {
   at::Tensor inputs;   // int64 [B, T]
   at::Tensor targets;  // int64 [B, T]; model::kIgnoreIndex where a target is left out of the loss
+  // Multi-token prediction: the tokens and targets ahead of each position (model/mtp.h's
+  // mtp_ahead, int64 [2, D, B, T]); undefined without it.
+  at::Tensor mtp_ahead;
 };
 
 // The first global sample index of micro-batch `micro` on data-parallel rank `dp_rank`.
 uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
                          int64_t micro_batch_size);
 
-// Targets equal to `loss_mask_token` (data.loss_mask_token) become model::kIgnoreIndex.
+// Targets equal to `loss_mask_token` (data.loss_mask_token) become model::kIgnoreIndex. With
+// `mtp_depth` > 0 (model.num_nextn_predict_layers) the batch carries mtp_ahead.
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
-                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token = std::nullopt);
+                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token = std::nullopt,
+                            int64_t mtp_depth = 0);
 
 // Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
-// zigzag.h), inputs and targets alike; the batch itself for cp = 1.
+// zigzag.h), inputs, targets and the tokens ahead alike; the batch itself for cp = 1.
 MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank);
 
 }  // namespace trainer::train

@@ -529,12 +529,13 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       {"tp2 sp etp2 ep2 shared expert", 4, " --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=2",
        " --set model.moe.num_shared_experts=1"},
       {"dp4 etp2 ep2 zero1 qwen3-moe", 4, " --set parallel.etp=2 --set parallel.ep=2 --set parallel.zero=1", kQwen3Moe},
-      // DeepSeek-V3 under tp x pp x ep (the experts folded over the tp pair) and under cp with ZeRO-1.
-      // With multi-token prediction (one module, MoE, on the last stage with its embedding copy).
+      // DeepSeek-V3 under tp x pp x ep (the experts folded over the tp pair) and under cp with ZeRO-1,
+      // with multi-token prediction (one module, MoE; on the last stage with its embedding copy;
+      // under cp its tokens ahead split with the inputs).
       {"tp2 sp pp2 ep2 deepseek-v3 mtp", 4, kTpSp + " --set parallel.pp=2 --set parallel.ep=2",
        kDeepseek + " --set model.num_nextn_predict_layers=1"},
-      {"cp2 ring dp2 ep4 zero1 deepseek-v3", 4, " --set parallel.cp=2 --set parallel.ep=4 --set parallel.zero=1",
-       kDeepseek},
+      {"cp2 ring dp2 ep4 zero1 deepseek-v3 mtp", 4, " --set parallel.cp=2 --set parallel.ep=4 --set parallel.zero=1",
+       kDeepseek + " --set model.num_nextn_predict_layers=1"},
   };
   std::map<std::string, std::string> references;
   for (const auto& c : cases) {
@@ -546,9 +547,10 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
     // gradients into parameter differences far above fp32 epsilon), and from then on the curves part
     // for a reason that is not a bug. Each step reports its expert loads and smallest top-k margin:
     // the comparison stops at the first step whose loads differ, which must be a near-tie (a margin
-    // under 1e-6 in one of the runs; otherwise the routing itself is wrong). Over these 10 steps no
-    // case meets one (with 20 steps five met one at step 16), so every step must compare: a flip is
-    // reported with its margin and fails.
+    // under 1e-6 in one of the runs; otherwise the routing itself is wrong), and at least the first
+    // 5 of the 10 steps must compare. Which token meets a near-tie depends on the CPU's rounding
+    // (GEMM kernels differ between machines): on an AVX-512/AMX Xeon "tp2 sp etp2 ep2 shared
+    // expert" flips at step 7 with a margin of 3e-8, where the machines before compared all 10.
     const auto reference = read_jsonl(references[trainer_binary() + " run " + kTinyMoe + c.model + kMoeCommon]);
     REQUIRE(reference.size() == curve.size());
     size_t compared = 0;
@@ -570,7 +572,7 @@ TEST_CASE("dist: expert parallelism and MoE pipelines reproduce the single-proce
       std::printf(" (step %zu routes a token differently; smallest top-k margin there %.3g)", compared + 1, flip_margin);
     std::printf("\n");
     if (compared < reference.size()) CHECK(flip_margin < 1e-6);
-    CHECK(compared == reference.size());
+    CHECK(compared >= 5);
     CHECK(difference < 1e-5);
   }
 }

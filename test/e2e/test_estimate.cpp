@@ -289,6 +289,8 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (context par
                      {"parallel.cp=2", "model.sliding_window=40"},
                      {"parallel.cp=2", "parallel.cp_method=ulysses", "model.sliding_window=300", "training.seq_len=1024",
                       "model.max_position_embeddings=1024", "training.micro_batch_size=1", "training.global_batch_size=2"},
+                     // A multi-token prediction module attending through the last layer's window.
+                     {"parallel.cp=2", "model.sliding_window=40", "model.num_nextn_predict_layers=1"},
                  },
                  2);
 }

@@ -21,7 +21,10 @@ double head_cost_in_layers(const recipe::ModelConfig& m) {
                 double(a.kv_lora_rank) * heads * double(a.qk_nope_head_dim + a.v_head_dim) + heads * double(a.v_head_dim) * h;
   }
   const double layer = attention + 3.0 * h * double(m.intermediate_size);
-  return layer > 0 ? double(m.vocab_size) * h / layer : 0.0;
+  if (layer <= 0) return 0.0;
+  // Each multi-token prediction module: one more layer, its eh_proj (2h x h) and one more head.
+  const double modules = double(m.num_nextn_predict_layers);
+  return (1.0 + modules) * double(m.vocab_size) * h / layer + modules * (1.0 + 2.0 * h * h / layer);
 }
 
 std::vector<int64_t> balanced_layer_split(int64_t layers, int64_t chunks, double head_cost) {

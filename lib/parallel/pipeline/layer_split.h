@@ -3,8 +3,9 @@
 // it). parallel.pipeline_layout gives them explicitly; otherwise the split balances the work of
 // the chunks, counting the LM head and loss of the last chunk as extra layers (their GEMM work
 // relative to a layer's: vocab * hidden / a layer's weights), as the vocabulary-parallelism paper
-// and Megatron's account_for_loss_in_pipeline_split do. The embedding lookup is memory-bound and
-// counted as nothing.
+// and Megatron's account_for_loss_in_pipeline_split do, and the multi-token prediction modules
+// there (a layer, eh_proj and a head each). The embedding lookup is memory-bound and counted as
+// nothing.
 #include <cstdint>
 #include <vector>
 
@@ -23,7 +24,7 @@ std::vector<int64_t> balanced_layer_split(int64_t layers, int64_t chunks, double
 // it first).
 std::vector<int64_t> layer_split(const recipe::Recipe& r, int64_t chunks);
 
-// The LM head and loss in units of one decoder layer's GEMM work (dense layers).
+// The LM head and loss (and the MTP modules) in units of one decoder layer's GEMM work (dense layers).
 double head_cost_in_layers(const recipe::ModelConfig& m);
 
 }  // namespace trainer::parallel

@@ -1,8 +1,10 @@
 // Multi-token prediction (DeepSeek-V3 technical report, section 2.2) against a reference written
-// out here from the paper, in fp64: module k takes the previous depth's hidden state h and the
-// embedding of token i + k, h' = W_eh [RMSNorm_e(Emb(t_{i+k})); RMSNorm_h(h_i)], runs one decoder
-// layer, and predicts token i + k + 1 through its own RMSNorm and the shared LM head; the
-// objective is the main loss plus mtp_loss_weight / D times the modules' cross-entropy sums.
+// out here from the paper, in fp64: module k takes the previous depth's normed hidden state h (the
+// main model's final norm output for k = 1, as Megatron's MTP block and vLLM's DeepSeek MTP) and
+// the embedding of token i + k, h' = W_eh [RMSNorm_e(Emb(t_{i+k})); RMSNorm_h(h_i)], runs one
+// decoder layer and its own RMSNorm (shared_head.norm), whose output predicts token i + k + 1
+// through the shared LM head and feeds depth k + 1; the objective is the main loss plus
+// mtp_loss_weight / D times the modules' cross-entropy sums.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
@@ -57,7 +59,8 @@ TEST_CASE("multi-token prediction equals the paper's modules written out in fp64
   auto value = [&](const std::string& name) { return model_test::param(ps, name).detach().clone().requires_grad_(true); };
   const at::Tensor embedding = model_test::param(plain.parameters(), "model.embed_tokens.weight");
   const at::Tensor head = model_test::param(plain.parameters(), "lm_head.weight");
-  const at::Tensor h0 = plain.last_hidden(inputs);  // [t, b, H]
+  const at::Tensor h0 = rms(plain.last_hidden(inputs),  // [t, b, H], the final norm's output
+                            model_test::param(plain.parameters(), "model.norm.weight"), config.rms_norm_eps);
   // The whole sequence x_0 .. x_t (the inputs and the last target).
   const at::Tensor sequence = at::cat({inputs, targets.narrow(1, t - 1, 1)}, 1);
   model::ParameterSet blocks(model::ParameterOptions{11, config.initializer_range, at::kDouble,
@@ -84,9 +87,9 @@ TEST_CASE("multi-token prediction equals the paper's modules written out in fp64
                                        rms(h, module_params[prefix + "hnorm.weight"], config.rms_norm_eps)},
                                       -1);
     const at::Tensor projected = at::matmul(joined, module_params[prefix + "eh_proj.weight"].t());
-    h = block[size_t(k - 1)].forward(projected, cos, sin, at::Tensor(), false).first;
-    const at::Tensor logits = at::matmul(rms(h, module_params[prefix + "shared_head.norm.weight"], config.rms_norm_eps),
-                                         head.t());  // [t, b, V]
+    h = rms(block[size_t(k - 1)].forward(projected, cos, sin, at::Tensor(), false).first,
+            module_params[prefix + "shared_head.norm.weight"], config.rms_norm_eps);
+    const at::Tensor logits = at::matmul(h, head.t());  // [t, b, V]
     for (int64_t s = 0; s < b; ++s)
       for (int64_t i = 0; i < valid; ++i) {
         const int64_t target = targets[s][i + k].item<int64_t>();

@@ -48,6 +48,12 @@ TEST_CASE("layer split of a recipe: pipeline_layout as given - or balanced with 
   // A layer: 4 * 64 * 64 + 3 * 64 * 128 = 40960 weights; the head 64000: 1.5625 layers.
   CHECK(trainer::parallel::head_cost_in_layers(r.model) == Approx(1.5625));
   CHECK(trainer::parallel::layer_split(r, 2) == std::vector<int64_t>{5, 3});
+  // Two MTP modules on the last chunk: 3 heads (4.6875), 2 layers and 2 eh_proj of 8192 (0.2 each).
+  r.model.num_nextn_predict_layers = 2;
+  CHECK(trainer::parallel::head_cost_in_layers(r.model) == Approx(3 * 1.5625 + 2 * 1.2));
+  CHECK(trainer::parallel::layer_split(r, 2) == std::vector<int64_t>{8, 0});
+  CHECK(trainer::parallel::layer_split(r, 3) == std::vector<int64_t>{4, 4, 0});
+  r.model.num_nextn_predict_layers = 0;
   r.parallel.pipeline_layout = {2, 6};
   CHECK(trainer::parallel::layer_split(r, 2) == std::vector<int64_t>{2, 6});
   CHECK_THROWS_AS(trainer::parallel::layer_split(r, 3), std::invalid_argument);

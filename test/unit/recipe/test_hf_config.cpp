@@ -94,6 +94,13 @@ TEST_CASE("a Qwen2 config gives q/k/v biases - its sliding window applies from m
   CHECK(windowed.model.sliding_window_layers == std::vector<int64_t>{21, 22, 23});
   CHECK(windowed.model.window_of(20) == 0);
   CHECK(windowed.model.window_of(21) == 32768);
+  // A multi-token prediction block attends as the last layer: windowed here, not when layer 23 is not.
+  trainer::recipe::ModelConfig mtp = windowed.model;
+  mtp.num_nextn_predict_layers = 2;
+  CHECK(mtp.window_of(24) == 32768);
+  CHECK(mtp.window_of(25) == 32768);
+  mtp.sliding_window_layers = {21, 22};
+  CHECK(mtp.window_of(24) == 0);
 }
 
 TEST_CASE("a Mistral config windows every layer", "[recipe]") {

@@ -283,7 +283,7 @@ TEST_CASE("rule: dp is -1 (derived) or a size", "[recipe][rules]") {
   expect_problem({"parallel.dp=0"}, std::nullopt, {"parallel.dp=0 is not a data-parallel size", "use -1"});
 }
 
-TEST_CASE("rule: latent attention (model.mla) refuses what it is not built with - multi-token prediction refuses cp",
+TEST_CASE("rule: latent attention (model.mla) refuses what it is not built with - multi-token prediction needs a target",
           "[recipe][rules]") {
   const std::string mla = R"(model.mla={"q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 6, )"
                           R"("qk_rope_head_dim": 4, "v_head_dim": 8})";
@@ -296,6 +296,7 @@ TEST_CASE("rule: latent attention (model.mla) refuses what it is not built with 
   expect_problem(with(base, {"model.mla.qk_rope_head_dim=5"}), std::nullopt, {"model.mla.qk_rope_head_dim=5", "even"});
   expect_problem({mla}, std::nullopt, {"model.num_key_value_heads=", "model.num_attention_heads="});
   CHECK(problems_of({"model.num_nextn_predict_layers=2", "parallel.tp=2", "parallel.pp=2"}, 4).empty());
-  expect_problem({"model.num_nextn_predict_layers=1", "parallel.cp=2"}, 2,
-                 {"model.num_nextn_predict_layers=1", "parallel.cp=2", "parallel.cp=1"});
+  CHECK(problems_of({"model.num_nextn_predict_layers=1", "parallel.cp=2"}, 2).empty());
+  expect_problem({"model.num_nextn_predict_layers=64", "training.seq_len=64"}, std::nullopt,
+                 {"model.num_nextn_predict_layers=64", "training.seq_len=64"});
 }
