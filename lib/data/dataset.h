@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "recipe/recipe.h"
 
@@ -21,6 +22,14 @@ class Dataset {
   // index >= 0 valid (datasets wrap around in epochs). This is what makes data order global
   // (DESIGN invariant 2) and resume exact: the position is just the number of samples consumed.
   virtual void sample(uint64_t index, int64_t seq_len, int32_t* out) const = 0;
+  // Where documents start in sample `index` (the positions p in 1..seq_len whose token begins a
+  // document, in order), from the data's document index; std::nullopt where the data has none
+  // (synthetic samples, llm.c shards). The same pure function of the index as sample().
+  virtual std::optional<std::vector<int64_t>> document_starts(uint64_t index, int64_t seq_len) const {
+    (void)index;
+    (void)seq_len;
+    return std::nullopt;
+  }
   // Expected loss floor in nats per predicted token when known (synthetic data), else std::nullopt.
   virtual std::optional<double> entropy_floor() const = 0;
   // One line for the log: "synthetic (order-1 Markov, vocab 256, 4 successors per token, floor

@@ -131,6 +131,13 @@ void MegatronFile::validate(int64_t vocab_size) {
     if (load<int64_t>(docs + d * 8) < load<int64_t>(docs + (d - 1) * 8))
       fail(ipath, fmt::format("document index {} goes backwards", d));
   documents_ = doc_entries - 1;
+  // Sequences lie back to back (checked above): document d starts at its first sequence's pointer.
+  document_offsets_.clear();
+  for (uint64_t d = 0; d < documents_; ++d) {
+    const auto sequence = uint64_t(load<int64_t>(docs + d * 8));
+    document_offsets_.push_back(sequence < S ? uint64_t(load<int64_t>(pointers + sequence * 8)) / token_bytes_
+                                             : tokens);
+  }
   if (has_modes) {
     const std::byte* modes = docs + doc_entries * 8;
     for (uint64_t i = 0; i < S; ++i)
@@ -165,6 +172,10 @@ void MegatronFile::read(uint64_t begin, uint64_t count, int32_t* out) const {
   with_tokens(dtype_code_, bin_.data() + begin * token_bytes_, [&](auto* t) {
     for (uint64_t i = 0; i < count; ++i) out[i] = int32_t(t[i]);
   });
+}
+
+std::vector<uint64_t> MegatronFile::document_starts(uint64_t begin, uint64_t count) const {
+  return starts_within(document_offsets_.data(), document_offsets_.size(), begin, count);
 }
 
 void write_megatron_files(const std::string& prefix, const std::vector<std::vector<int32_t>>& documents,

@@ -37,6 +37,7 @@ class MegatronFile final : public TokenSource {
   std::string token_type() const override;
   uint64_t sequence_count() const { return sequence_count_; }
   void read(uint64_t begin, uint64_t count, int32_t* out) const override;
+  std::vector<uint64_t> document_starts(uint64_t begin, uint64_t count) const override;
 
  private:
   MegatronFile(std::string prefix, MappedFile bin, MappedFile idx);
@@ -47,6 +48,7 @@ class MegatronFile final : public TokenSource {
   int dtype_code_ = 0;
   size_t token_bytes_ = 0;
   uint64_t token_count_ = 0, sequence_count_ = 0, documents_ = 0, max_token_id_ = 0;
+  std::vector<uint64_t> document_offsets_;  // the token offset where each document starts
 };
 
 // Writes PREFIX.bin/.idx as Megatron's IndexedDatasetBuilder does, one sequence per document,

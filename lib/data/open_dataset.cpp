@@ -30,6 +30,10 @@ std::unique_ptr<Dataset> open_tokens(const recipe::Recipe& recipe) {
     if (file->token_count() < static_cast<uint64_t>(seq_len) + 1)
       throw UserError(fmt::format("{}: {} tokens, too few for one sample of training.seq_len + 1 = {} tokens",
                                   file->name(), file->token_count(), seq_len + 1));
+    if (data.document_masking && !data.document_separator_token && !file->documents())
+      throw UserError(fmt::format("{}: data.document_masking=true, but this {} file has no document index; set "
+                                  "data.document_separator_token to the token that ends each document",
+                                  file->name(), file->format()));
     files.push_back(std::move(file));
   }
   return std::make_unique<TokenDataset>(std::move(files), data.weights, static_cast<uint64_t>(recipe.training.seed));
@@ -41,6 +45,9 @@ class OffsetDataset : public Dataset {
   OffsetDataset(std::unique_ptr<Dataset> inner, uint64_t offset) : inner_(std::move(inner)), offset_(offset) {}
   void sample(uint64_t index, int64_t seq_len, int32_t* out) const override {
     inner_->sample(offset_ + index, seq_len, out);
+  }
+  std::optional<std::vector<int64_t>> document_starts(uint64_t index, int64_t seq_len) const override {
+    return inner_->document_starts(offset_ + index, seq_len);
   }
   std::optional<double> entropy_floor() const override { return inner_->entropy_floor(); }
   std::string describe() const override { return "held-out samples of " + inner_->describe(); }

@@ -77,6 +77,17 @@ void TokenDataset::sample(uint64_t index, int64_t seq_len, int32_t* out) const {
   sources_[at.dataset]->read(at.window * static_cast<uint64_t>(seq_len), static_cast<uint64_t>(seq_len) + 1, out);
 }
 
+std::optional<std::vector<int64_t>> TokenDataset::document_starts(uint64_t index, int64_t seq_len) const {
+  const TokenSampleLocation at = locate(index, seq_len);
+  const TokenSource& file = *sources_[at.dataset];
+  if (!file.documents()) return std::nullopt;
+  const uint64_t begin = at.window * static_cast<uint64_t>(seq_len);
+  std::vector<int64_t> starts;
+  for (uint64_t offset : file.document_starts(begin + 1, static_cast<uint64_t>(seq_len)))
+    starts.push_back(int64_t(offset - begin));
+  return starts;
+}
+
 std::string TokenDataset::describe() const {
   uint64_t tokens = 0, documents = 0;
   bool all_documents = true;

@@ -37,6 +37,8 @@ class TokenDataset final : public Dataset {
   // Requires every file to hold at least seq_len + 1 tokens (open_dataset checks it for the
   // recipe's seq_len; other lengths throw std::invalid_argument when a file is too short).
   void sample(uint64_t index, int64_t seq_len, int32_t* out) const override;
+  // From the sample's file's document index; std::nullopt for a file without one.
+  std::optional<std::vector<int64_t>> document_starts(uint64_t index, int64_t seq_len) const override;
   std::optional<double> entropy_floor() const override { return std::nullopt; }
   // "tokens: 2 files, 40 documents, 1.2M tokens, weights 0.75/0.25"
   std::string describe() const override;

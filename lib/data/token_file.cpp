@@ -150,6 +150,10 @@ void TokenFile::validate(int64_t vocab_size) {
 
 uint64_t TokenFile::document_offset(uint64_t d) const { return offsets_[d]; }
 
+std::vector<uint64_t> TokenFile::document_starts(uint64_t begin, uint64_t count) const {
+  return starts_within(offsets_, size_t(document_count_), begin, count);  // offset[D] is the end, no start
+}
+
 void TokenFile::read(uint64_t begin, uint64_t count, int32_t* out) const {
   if (token_bytes_ == 2)
     widen(reinterpret_cast<const uint16_t*>(tokens_) + begin, count, out);

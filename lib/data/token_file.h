@@ -53,6 +53,7 @@ class TokenFile final : public TokenSource {
 
   // Copies tokens [begin, begin + count) to out as int32. Requires begin + count <= token_count().
   void read(uint64_t begin, uint64_t count, int32_t* out) const override;
+  std::vector<uint64_t> document_starts(uint64_t begin, uint64_t count) const override;
 
  private:
   TokenFile(std::string prefix, MappedFile bin, MappedFile idx);

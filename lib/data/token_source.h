@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "recipe/choices.h"
 
@@ -25,7 +26,13 @@ class TokenSource {
   virtual std::string token_type() const = 0;  // "uint16", "int32", ...
   // Copies tokens [begin, begin + count) to out as int32. Requires begin + count <= token_count().
   virtual void read(uint64_t begin, uint64_t count, int32_t* out) const = 0;
+  // The offsets in [begin, begin + count) at which a document starts, in order, from the format's
+  // document index. Formats without one (documents() empty) throw std::logic_error.
+  virtual std::vector<uint64_t> document_starts(uint64_t begin, uint64_t count) const;
 };
+
+// The entries of the sorted `starts` (n of them) in [begin, begin + count), by binary search.
+std::vector<uint64_t> starts_within(const uint64_t* starts, size_t n, uint64_t begin, uint64_t count);
 
 // Opens `path` as `format` (data.format; detected from the files' magic numbers for auto): a prefix P (P.bin + P.idx: trainer or
 // Megatron), one of those two files, an llm.c shard, or a glob ("shards/train_*.bin") of llm.c

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -53,19 +54,25 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
 }
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window) {
-  if (cp.size > 1)
+                          int64_t window, const at::Tensor& document_mask) {
+  if (cp.size > 1) {
+    // validate refuses data.document_masking with cp > 1 first.
+    if (document_mask.defined()) throw std::logic_error("document masking is not built with context parallelism");
     return cp.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp.group, window)
                                                       : parallel::ulysses_attention(q, k, v, *cp.group, window);
-  return parallel::causal_sdpa(q, k, v, window);
+  }
+  return parallel::causal_sdpa(q, k, v, window, document_mask);
 }
 
-at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
-  return attention_core(q, k, v, cp_, window_);
+at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& document_mask) const {
+  return attention_core(q, k, v, cp_, window_, document_mask);
 }
 
-at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                              bool recompute_core, const InputAgain& again) const {
+at::Tensor Attention::forward(const at::Tensor& x, const SequenceContext& seq, bool recompute_core,
+                              const InputAgain& again) const {
+  const at::Tensor& cos = seq.cos;
+  const at::Tensor& sin = seq.sin;
   // One tp communication for the three column-parallel projections; with sequence parallelism x
   // is this rank's chunk of the sequence and the projections see the whole of it.
   auto qkv = Linear::forward_together(x, {&q_proj_, &k_proj_, &v_proj_}, again);
@@ -79,10 +86,12 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
     k_heads = k_norm_.forward(k_heads, /*lean=*/true);
   }
   at::Tensor q, k;
-  if (fused_rope_ && fusable(q_heads)) {
+  if (fused_rope_ && fusable(q_heads) && cos.dim() == 2) {  // the kernel takes positions shared by the batch
     std::tie(q, k) = fused::rope(q_heads, k_heads, cos, sin);
   } else {
-    const at::Tensor cos4 = cos.view({t, 1, 1, head_dim_}), sin4 = sin.view({t, 1, 1, head_dim_});
+    // [T, d], or [T, B, d] with positions per sample.
+    const int64_t rows = cos.dim() == 3 ? b : 1;
+    const at::Tensor cos4 = cos.view({t, rows, 1, head_dim_}), sin4 = sin.view({t, rows, 1, head_dim_});
     q = Rotary::apply(q_heads, cos4, sin4);
     k = Rotary::apply(k_heads, cos4, sin4);
   }
@@ -91,8 +100,8 @@ at::Tensor Attention::forward(const at::Tensor& x, const at::Tensor& cos, const 
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj (a view: SDPA's output
   // follows the query's layout).
-  auto core_out = [this, t, b](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return core(q, k, v).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
+  auto core_out = [this, t, b, mask = seq.document_mask](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return core(q, k, v, mask).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
   };
   // Recomputed, the core's output is o_proj's input and nobody keeps it: the core runs again at
   // the start of the block's backward, for o_proj's weight gradient and its own backward.

@@ -12,15 +12,17 @@
 
 #include "model/layers.h"
 #include "model/rotary.h"
+#include "model/sequence_context.h"
 #include "recipe/recipe.h"
 
 namespace trainer::model {
 
 // The causal attention core over this rank's part of the sequence: q [B, h, T, d], k and v
 // [B, kv, T, d] -> [B, h, T, d]; ring attention or Ulysses over the cp group when cp.size > 1.
-// `window`: sliding window in tokens, 0 for full causal attention.
+// `window`: sliding window in tokens, 0 for full causal attention. `document_mask`
+// (SequenceContext's, or undefined): keys outside the query's document are masked too.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window);
+                          int64_t window, const at::Tensor& document_mask = at::Tensor());
 
 class Attention {
  public:
@@ -30,16 +32,17 @@ class Attention {
   Attention(ParameterSet& params, const std::string& prefix, const recipe::ModelConfig& config, TensorParallel tp,
             ContextParallel cp = {}, bool fused_rope = false, int64_t window = 0);
 
-  // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); cos/sin: [T, head_dim] for
-  // the whole sequence. `recompute_core`: keep no attention-core
-  // activations, recompute them in backward (selective recomputation). `again`: x computed again
-  // in backward instead of saved by the q/k/v projections.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core,
+  // x: [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism); seq: the rotary tables
+  // (head_dim wide) for the whole sequence and the document mask. `recompute_core`: keep no
+  // attention-core activations, recompute them in backward (selective recomputation). `again`: x
+  // computed again in backward instead of saved by the q/k/v projections.
+  at::Tensor forward(const at::Tensor& x, const SequenceContext& seq, bool recompute_core,
                      const InputAgain& again = {}) const;
 
   // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d] (T: this
   // rank's part of the sequence under context parallelism).
-  at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& document_mask = at::Tensor()) const;
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;

@@ -27,19 +27,18 @@ DecoderLayer::DecoderLayer(ParameterSet& params, int64_t index, const recipe::Mo
                  kernels.swiglu);
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const at::Tensor& cos,
-                                                        const at::Tensor& sin, const at::Tensor& token_keys,
+std::pair<at::Tensor, at::Tensor> DecoderLayer::forward(const at::Tensor& x, const SequenceContext& seq,
                                                         bool recompute_attention_core, bool lean) const {
   // Lean (recompute policy selective): the norms save only their input and an rsqrt per row, the
   // linears after each norm compute its output again in backward instead of saving it, and the
   // MLP recomputes its activation product.
   const at::Tensor normed_input = input_norm_.forward(x, lean);
   const InputAgain again = lean ? input_norm_.again(x) : InputAgain();
-  const at::Tensor h = x + (mla_ ? mla_->forward(normed_input, cos, sin, recompute_attention_core, again)
-                                 : attention_.forward(normed_input, cos, sin, recompute_attention_core, again));
+  const at::Tensor h = x + (mla_ ? mla_->forward(normed_input, seq, recompute_attention_core, again)
+                                 : attention_.forward(normed_input, seq, recompute_attention_core, again));
   const at::Tensor normed = post_attention_norm_.forward(h, lean);
   if (moe_) {
-    MoeOutput out = moe_->forward(normed, token_keys);
+    MoeOutput out = moe_->forward(normed, seq.token_keys);
     const at::Tensor y = attach_aux_loss(attach_aux_loss(h + out.output, out.aux_loss, aux_loss_scale_), out.z_loss,
                                          z_loss_scale_);
     return {y, out.aux_loss};

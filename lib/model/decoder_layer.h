@@ -22,12 +22,11 @@ class DecoderLayer {
                ContextParallel cp, ExpertParallel ep, double aux_loss_scale, double z_loss_scale,
                const FusedKernels& kernels = {});
   // Returns the new hidden state and this layer's load-balancing loss (undefined for dense layers).
-  // token_keys: the MoE layer's order of this rank's tokens (Moe::forward). lean (recompute policy
-  // selective): norms that save their input only, norm outputs and the MLP's activation product
-  // computed again in backward.
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                            const at::Tensor& token_keys, bool recompute_attention_core,
-                                            bool lean = false) const;
+  // seq: the micro-batch's rotary tables, MoE token order and document mask. lean (recompute
+  // policy selective): norms that save their input only, norm outputs and the MLP's activation
+  // product computed again in backward.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const SequenceContext& seq,
+                                            bool recompute_attention_core, bool lean = false) const;
   bool is_moe() const { return moe_.has_value(); }
   const Moe* moe() const { return moe_ ? &*moe_ : nullptr; }
   Moe* moe() { return moe_ ? &*moe_ : nullptr; }

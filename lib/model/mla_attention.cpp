@@ -60,8 +60,8 @@ MlaAttention::MlaAttention(ParameterSet& params, const std::string& prefix, cons
   o_proj_ = Linear(params, prefix + "o_proj.weight", heads * v_dim_, hidden, LinearKind::Row, tp);
 }
 
-at::Tensor MlaAttention::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                 bool recompute_core, const InputAgain& again) const {
+at::Tensor MlaAttention::forward(const at::Tensor& x, const SequenceContext& seq, bool recompute_core,
+                                 const InputAgain& again) const {
   // Everything that reads x in one column-parallel region: one tp communication (the gather of the
   // sequence with sp), one input-gradient reduction.
   const auto down = Linear::forward_together(x, {q_lora_ ? &q_a_proj_ : &q_proj_, &kv_a_proj_}, again);
@@ -78,7 +78,8 @@ at::Tensor MlaAttention::forward(const at::Tensor& x, const at::Tensor& cos, con
     q_rot = deinterleave(q_rot);
     k_rot = deinterleave(k_rot);
   }
-  const at::Tensor cos4 = cos.view({t, 1, 1, rope_}), sin4 = sin.view({t, 1, 1, rope_});
+  const int64_t rows = seq.cos.dim() == 3 ? b : 1;  // [T, B, d]: positions per sample
+  const at::Tensor cos4 = seq.cos.view({t, rows, 1, rope_}), sin4 = seq.sin.view({t, rows, 1, rope_});
   q_rot = Rotary::apply(q_rot, cos4, sin4);
   k_rot = Rotary::apply(k_rot, cos4, sin4);
   at::Tensor query = at::cat({q.narrow(-1, 0, nope_), q_rot}, -1);
@@ -91,8 +92,8 @@ at::Tensor MlaAttention::forward(const at::Tensor& x, const at::Tensor& cos, con
   // layout for the kernels, and the projection's output is freed).
   value = v_dim_ < qk ? at::constant_pad_nd(value, {0, qk - v_dim_}) : value.contiguous();
   const at::Tensor q4 = query.permute({1, 2, 0, 3}), k4 = key.permute({1, 2, 0, 3}), v4 = value.permute({1, 2, 0, 3});
-  auto core_out = [this, t, b](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return attention_core(q, k, v, cp_, /*window=*/0)
+  auto core_out = [this, t, b, mask = seq.document_mask](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return attention_core(q, k, v, cp_, /*window=*/0, mask)
         .narrow(-1, 0, v_dim_)
         .permute({2, 0, 1, 3})
         .reshape({t, b, local_heads_ * v_dim_});

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "model/layers.h"
+#include "model/sequence_context.h"
 #include "recipe/recipe.h"
 
 namespace trainer::model {
@@ -25,8 +26,8 @@ class MlaAttention {
                ContextParallel cp = {});
 
   // As Attention::forward: x [T, B, hidden] ([T / tp, B, hidden] with sequence parallelism);
-  // cos/sin [T, qk_rope_head_dim].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool recompute_core,
+  // seq's rotary tables qk_rope_head_dim wide.
+  at::Tensor forward(const at::Tensor& x, const SequenceContext& seq, bool recompute_core,
                      const InputAgain& again = {}) const;
 
  private:

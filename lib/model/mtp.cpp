@@ -36,11 +36,11 @@ at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_
   return at::stack({at::stack(tokens), at::stack(module_targets)});
 }
 
-std::pair<at::Tensor, at::Tensor> MtpModule::forward(const at::Tensor& h, const at::Tensor& next, const at::Tensor& cos,
-                                                     const at::Tensor& sin, const at::Tensor& token_keys,
-                                                     bool recompute_attention_core, bool lean) const {
+std::pair<at::Tensor, at::Tensor> MtpModule::forward(const at::Tensor& h, const at::Tensor& next,
+                                                     const SequenceContext& seq, bool recompute_attention_core,
+                                                     bool lean) const {
   const at::Tensor joined = at::cat({enorm_.forward(next, lean), hnorm_.forward(h, lean)}, -1);
-  return block_.forward(eh_proj_.forward(joined), cos, sin, token_keys, recompute_attention_core, lean);
+  return block_.forward(eh_proj_.forward(joined), seq, recompute_attention_core, lean);
 }
 
 }  // namespace trainer::model

@@ -39,8 +39,7 @@ class MtpModule {
   // h: the previous depth's normed hidden state, next: the embedding of the tokens k ahead (both
   // [s, b, hidden], this rank's chunk with sp). Returns the block's output (before the head norm,
   // which the caller applies) and its MoE loss (undefined for a dense block).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& h, const at::Tensor& next, const at::Tensor& cos,
-                                            const at::Tensor& sin, const at::Tensor& token_keys,
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& h, const at::Tensor& next, const SequenceContext& seq,
                                             bool recompute_attention_core, bool lean) const;
   // shared_head.norm: the norm before the shared LM head.
   const RmsNorm& head_norm() const { return head_norm_; }

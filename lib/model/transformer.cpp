@@ -126,14 +126,14 @@ std::pair<at::Tensor, at::Tensor> Transformer::layer_forward(const DecoderLayer&
     // Keep only the layer input; everything inside is recomputed in backward.
     const bool moe = layer.is_moe();
     auto outputs = recompute(
-        [&layer, cos = tables.cos, sin = tables.sin, token_keys = tables.token_keys, moe](const std::vector<at::Tensor>& in) {
-          auto [h, layer_aux] = layer.forward(in[0], cos, sin, token_keys, false, false);
+        [&layer, seq = tables, moe](const std::vector<at::Tensor>& in) {
+          auto [h, layer_aux] = layer.forward(in[0], seq, false, false);
           return moe ? std::vector<at::Tensor>{h, layer_aux} : std::vector<at::Tensor>{h};
         },
         {x});
     return {outputs[0], moe ? outputs[1] : at::Tensor()};
   }
-  return layer.forward(x, tables.cos, tables.sin, tables.token_keys, recipe::recomputes_core_attention(options_.recompute),
+  return layer.forward(x, tables, recipe::recomputes_core_attention(options_.recompute),
                        recipe::lean_layers(options_.recompute));
 }
 
@@ -152,14 +152,25 @@ at::Tensor Transformer::run_layers(const ChunkLayout& chunk, at::Tensor x, const
   return x;
 }
 
-Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& inputs) const {
+Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& inputs, const TokenContext& context) const {
   // Under context parallelism `inputs` hold this rank's zigzag part of each sequence: its positions.
   const int64_t t = inputs.size(1), cp = options_.cp.size;
   const auto index_options = at::TensorOptions().dtype(at::kLong).device(inputs.device());
   const at::Tensor positions = cp == 1 ? at::arange(t, index_options)
                                        : parallel::zigzag_positions(t * cp, cp, options_.cp.rank, index_options);
   SequenceTables tables;
-  std::tie(tables.cos, tables.sin) = rotary_.cos_sin(positions, options_.dtype);
+  if (context.positions.defined()) {
+    // Positions restarting at each document: one table row per (position, sample), [T, B, d].
+    const int64_t b = inputs.size(0);
+    std::tie(tables.cos, tables.sin) = rotary_.cos_sin(context.positions.t().reshape({-1}), options_.dtype);
+    tables.cos = tables.cos.view({t, b, -1});
+    tables.sin = tables.sin.view({t, b, -1});
+  } else {
+    std::tie(tables.cos, tables.sin) = rotary_.cos_sin(positions, options_.dtype);
+  }
+  // Document masking: a query sees keys of its own document (causality is the attention core's).
+  if (context.documents.defined())
+    tables.document_mask = (context.documents.unsqueeze(2) == context.documents.unsqueeze(1)).unsqueeze(1);
   // MoE layers order their tokens by (position, sample), the same on every mesh; under sequence
   // parallelism this rank's rows are its tp part of the sequence.
   if (options_.config.moe) {
@@ -190,12 +201,12 @@ at::Tensor Transformer::chunk_layers(int64_t chunk, const at::Tensor& hidden, co
 }
 
 at::Tensor Transformer::forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
-                                      const at::Tensor& targets, ForwardOutput* out, const at::Tensor& mtp_ahead) const {
+                                      const at::Tensor& targets, ForwardOutput* out, const TokenContext& context) const {
   ForwardOutput local;
   ForwardOutput& result = out ? *out : local;
-  const SequenceTables tables = sequence_tables(inputs);
+  const SequenceTables tables = sequence_tables(inputs, context);
   const at::Tensor x = chunk_layers(chunk, hidden, inputs, tables, &result.aux_loss);
-  return chunks_.at(size_t(chunk)).head ? loss(x, inputs, targets, mtp_ahead, tables, &result) : x;
+  return chunks_.at(size_t(chunk)).head ? loss(x, inputs, targets, context.mtp_ahead, tables, &result) : x;
 }
 
 at::Tensor Transformer::logits(const at::Tensor& inputs) const {
@@ -257,15 +268,15 @@ at::Tensor Transformer::mtp_losses(const at::Tensor& h0, const at::Tensor& ahead
     if (options_.recompute == Recompute::Full) {
       const bool moe = module.block().is_moe();
       auto outputs = recompute(
-          [&module, cos = tables.cos, sin = tables.sin, token_keys = tables.token_keys, moe](const std::vector<at::Tensor>& in) {
-            auto [out, block_aux] = module.forward(in[0], in[1], cos, sin, token_keys, false, false);
+          [&module, seq = tables, moe](const std::vector<at::Tensor>& in) {
+            auto [out, block_aux] = module.forward(in[0], in[1], seq, false, false);
             return moe ? std::vector<at::Tensor>{out, block_aux} : std::vector<at::Tensor>{out};
           },
           {h, next});
       h = outputs[0];
       if (moe) module_aux = outputs[1];
     } else {
-      std::tie(h, module_aux) = module.forward(h, next, tables.cos, tables.sin, tables.token_keys, core, lean);
+      std::tie(h, module_aux) = module.forward(h, next, tables, core, lean);
     }
     if (module_aux.defined()) *aux = *aux + module_aux;
     // The normed state feeds both the shared head and the next depth (as Megatron's MTP block).

@@ -16,6 +16,8 @@
 #include "model/routing_bias.h"
 #include "model/parameter.h"
 #include "model/rotary.h"
+#include "model/sequence_context.h"
+#include "model/token_context.h"
 #include "recipe/recipe.h"
 
 namespace trainer::model {
@@ -89,10 +91,11 @@ class Transformer {
   // tokens (first model chunk) or `hidden` [s, b, h] (the previous chunk's output) to the hidden
   // state for the next chunk, or for the model's last chunk to the loss sum (`out` gets the loss,
   // the MoE loss and the token count). `inputs` [B, T] give the sequence length; `targets` are
-  // needed by the last chunk only, and with multi-token prediction `mtp_ahead` (mtp.h's, split
-  // like the inputs): required under context parallelism, else computed here when undefined.
+  // needed by the last chunk only. `context`: the batch's documents and positions (every chunk)
+  // and multi-token prediction's tokens ahead (the last chunk: required under context
+  // parallelism, else computed here when undefined).
   at::Tensor forward_chunk(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs, const at::Tensor& targets,
-                           ForwardOutput* out, const at::Tensor& mtp_ahead = at::Tensor()) const;
+                           ForwardOutput* out, const TokenContext& context = {}) const;
   int64_t chunks() const { return int64_t(chunks_.size()); }
   const ChunkLayout& chunk_layout(int64_t chunk) const { return chunks_.at(size_t(chunk)); }
 
@@ -118,10 +121,8 @@ class Transformer {
   // The chunk's embedding (on the first model chunk) or `hidden`, then its decoder layers; *aux
   // gets the sum of its MoE losses.
   // The rotary tables of this rank's positions and the MoE layers' token order.
-  struct SequenceTables {
-    at::Tensor cos, sin, token_keys;
-  };
-  SequenceTables sequence_tables(const at::Tensor& inputs) const;
+  using SequenceTables = SequenceContext;
+  SequenceTables sequence_tables(const at::Tensor& inputs, const TokenContext& context = {}) const;
   at::Tensor chunk_layers(int64_t chunk, const at::Tensor& hidden, const at::Tensor& inputs,
                           const SequenceTables& tables, at::Tensor* aux) const;
   // The chunk's decoder layers on x; MoE losses added to *aux.

@@ -548,6 +548,11 @@ struct DataConfig {
   DataFormat format = DataFormat::Auto;
   std::vector<double> weights;  // empty: proportional to dataset sizes
   std::optional<int64_t> loss_mask_token;  // targets equal to this token id are left out of the loss
+  // Documents (data/documents.h): attention within each document, positions restarting at each.
+  bool document_masking = false;
+  bool reset_positions = true;            // with document_masking
+  bool predict_across_documents = false;  // with document_masking
+  std::optional<int64_t> document_separator_token;
 
   // The keys of this section (field.h).
   template <class Table>
@@ -568,6 +573,22 @@ struct DataConfig {
         "Targets equal to this token id (padding, an end-of-document token, as Megatron's "
         "`--eod-mask-loss`) are left out of the loss and of the token count it is averaged over; "
         "null: every target counts.");
+    t.key("document_masking", &DataConfig::document_masking, any(),
+        "Each token attends only to the earlier tokens of its own document (Llama 3's document "
+        "masking; Megatron's packed THD sequences, torchtitan's varlen attention). Documents come "
+        "from the dataset's document index (trainer's and Megatron's formats) or, when "
+        "`data.document_separator_token` is set, end after each separator token. false: a window "
+        "attends across documents.");
+    t.key("reset_positions", &DataConfig::reset_positions, any(),
+        "With `data.document_masking`: rotary positions restart at 0 at each document start "
+        "(false: the window's positions 0..seq_len-1).");
+    t.key("predict_across_documents", &DataConfig::predict_across_documents, any(),
+        "With `data.document_masking`: the last token of a document still predicts the first "
+        "token of the next. false: that target is left out of the loss and of the token count.");
+    t.key("document_separator_token", &DataConfig::document_separator_token, at_least(0),
+        "With `data.document_masking`: the token that ends each document (an end-of-text token; "
+        "the token after it starts the next document). Required for data without a document "
+        "index (llm.c shards, synthetic data); null: the dataset's document index.");
   }
 };
 

@@ -358,11 +358,47 @@ class Checker {
       add("data.loss_mask_token={} is not a token id of this model (model.vocab_size={}); give an id below it, or "
           "null",
           *d.loss_mask_token, r_.model.vocab_size);
+    document_rules();
     const auto& e = r_.evaluation;
     if (e.interval > 0 && e.paths.empty() && d.source == DataSource::Tokens)
       add("evaluation.interval={} with data.source=\"tokens\" needs evaluation.paths (held-out token datasets); "
           "held-out samples without files exist only for synthetic data",
           e.interval);
+  }
+
+  // data.document_masking and its keys (data/documents.h).
+  void document_rules() {
+    const auto& d = r_.data;
+    const auto& p = r_.parallel;
+    if (d.document_separator_token && *d.document_separator_token >= r_.model.vocab_size)
+      add("data.document_separator_token={} is not a token id of this model (model.vocab_size={}); give the id of "
+          "the end-of-document token, below it",
+          *d.document_separator_token, r_.model.vocab_size);
+    if (!d.document_masking) {
+      if (d.document_separator_token)
+        add("data.document_separator_token={} has no effect without data.document_masking=true; set "
+            "data.document_masking=true or remove it",
+            *d.document_separator_token);
+      if (!d.reset_positions)
+        add("data.reset_positions=false has no effect without data.document_masking=true (positions restart "
+            "only with it); remove it");
+      if (d.predict_across_documents)
+        add("data.predict_across_documents=true has no effect without data.document_masking=true (every target "
+            "is predicted then); remove it");
+      return;
+    }
+    if (d.source == DataSource::Synthetic && !d.document_separator_token)
+      add("data.document_masking=true with data.source=\"synthetic\" needs data.document_separator_token: "
+          "synthetic samples have no document index; name the token that ends a document");
+    if (p.cp > 1)
+      add("data.document_masking=true with parallel.cp={}: document masking is not built with context "
+          "parallelism yet; set parallel.cp=1",
+          p.cp);
+    if (r_.model.num_nextn_predict_layers > 0)
+      add("data.document_masking=true with model.num_nextn_predict_layers={}: multi-token prediction is not "
+          "built with document masking yet (its tokens ahead would cross documents); set "
+          "model.num_nextn_predict_layers=0",
+          r_.model.num_nextn_predict_layers);
   }
 
   void checkpoint_rules() {

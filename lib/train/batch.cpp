@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <stdexcept>
 #include <vector>
 
+#include "data/documents.h"
 #include "model/mtp.h"
 #include "model/transformer.h"
 #include "parallel/context/zigzag.h"
@@ -28,30 +31,69 @@ at::Tensor to_device(const at::Tensor& host, c10::Device device) {
 
 }  // namespace
 
+BatchOptions BatchOptions::of(const recipe::Recipe& recipe) {
+  BatchOptions o;
+  o.loss_mask_token = recipe.data.loss_mask_token;
+  o.mtp_depth = recipe.model.num_nextn_predict_layers;
+  o.document_masking = recipe.data.document_masking;
+  o.reset_positions = recipe.data.reset_positions;
+  o.predict_across_documents = recipe.data.predict_across_documents;
+  o.document_separator_token = recipe.data.document_separator_token;
+  return o;
+}
+
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
-                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token,
-                            int64_t mtp_depth) {
-  std::vector<int32_t> tokens(size_t(micro_batch_size * (seq_len + 1)));
+                            int64_t seq_len, c10::Device device, const BatchOptions& options) {
+  const int64_t count = seq_len + 1;
+  std::vector<int32_t> tokens(size_t(micro_batch_size * count));
   for (int64_t b = 0; b < micro_batch_size; ++b)
-    dataset.sample(first_sample + uint64_t(b), seq_len, tokens.data() + b * (seq_len + 1));
+    dataset.sample(first_sample + uint64_t(b), seq_len, tokens.data() + b * count);
   const at::Tensor all =
-      at::from_blob(tokens.data(), {micro_batch_size, seq_len + 1}, at::TensorOptions().dtype(at::kInt))
-          .to(at::kLong);
+      at::from_blob(tokens.data(), {micro_batch_size, count}, at::TensorOptions().dtype(at::kInt)).to(at::kLong);
   MicroBatch batch;
   batch.inputs = to_device(all.narrow(1, 0, seq_len).contiguous(), device);
   at::Tensor targets = all.narrow(1, 1, seq_len).contiguous();
-  if (loss_mask_token) targets.masked_fill_(targets == *loss_mask_token, model::kIgnoreIndex);
+  if (options.loss_mask_token) targets.masked_fill_(targets == *options.loss_mask_token, model::kIgnoreIndex);
+  if (options.document_masking) {
+    // Each sample's documents over its seq_len + 1 tokens: the inputs' documents and positions,
+    // and the targets that cross into the next document.
+    at::Tensor documents = at::empty({micro_batch_size, count}, at::kInt);
+    at::Tensor positions = at::empty({micro_batch_size, count}, at::kInt);
+    for (int64_t b = 0; b < micro_batch_size; ++b) {
+      std::vector<int64_t> starts;
+      if (!options.document_separator_token) {
+        auto found = dataset.document_starts(first_sample + uint64_t(b), seq_len);
+        if (!found) throw std::logic_error("document masking without a separator token needs a document index");
+        starts = std::move(*found);
+      }
+      const data::SampleDocuments sample =
+          data::sample_documents(tokens.data() + b * count, count, starts, options.document_separator_token);
+      std::copy(sample.document.begin(), sample.document.end(), documents[b].data_ptr<int32_t>());
+      std::copy(sample.position.begin(), sample.position.end(), positions[b].data_ptr<int32_t>());
+    }
+    if (!options.predict_across_documents)
+      targets.masked_fill_(documents.narrow(1, 1, seq_len) != documents.narrow(1, 0, seq_len), model::kIgnoreIndex);
+    batch.context.documents = to_device(documents.narrow(1, 0, seq_len).to(at::kLong), device);
+    if (options.reset_positions) batch.context.positions = to_device(positions.narrow(1, 0, seq_len).to(at::kLong), device);
+  }
   batch.targets = to_device(targets, device);
-  if (mtp_depth > 0)
-    batch.mtp_ahead = to_device(model::mtp_ahead(all.narrow(1, 0, seq_len), targets, mtp_depth), device);
+  if (options.mtp_depth > 0)
+    batch.context.mtp_ahead =
+        to_device(model::mtp_ahead(all.narrow(1, 0, seq_len), targets, options.mtp_depth), device);
   return batch;
 }
 
 MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank) {
   if (cp == 1) return batch;
-  MicroBatch part{parallel::zigzag_take(batch.inputs, 1, cp, rank).contiguous(),
-                  parallel::zigzag_take(batch.targets, 1, cp, rank).contiguous(), at::Tensor()};
-  if (batch.mtp_ahead.defined()) part.mtp_ahead = parallel::zigzag_take(batch.mtp_ahead, 3, cp, rank).contiguous();
+  auto take = [cp, rank](const at::Tensor& x, int64_t dim) {
+    return x.defined() ? parallel::zigzag_take(x, dim, cp, rank).contiguous() : at::Tensor();
+  };
+  MicroBatch part;
+  part.inputs = take(batch.inputs, 1);
+  part.targets = take(batch.targets, 1);
+  part.context.mtp_ahead = take(batch.context.mtp_ahead, 3);
+  part.context.documents = take(batch.context.documents, 1);
+  part.context.positions = take(batch.context.positions, 1);
   return part;
 }
 

@@ -9,29 +9,41 @@
 #include <optional>
 
 #include "data/dataset.h"
+#include "model/token_context.h"
+#include "recipe/recipe.h"
 
 namespace trainer::train {
 
 struct MicroBatch {
   at::Tensor inputs;   // int64 [B, T]
   at::Tensor targets;  // int64 [B, T]; model::kIgnoreIndex where a target is left out of the loss
-  // Multi-token prediction: the tokens and targets ahead of each position (model/mtp.h's
-  // mtp_ahead, int64 [2, D, B, T]); undefined without it.
-  at::Tensor mtp_ahead;
+  model::TokenContext context;  // multi-token prediction's tokens ahead, documents, positions
+};
+
+// What a micro-batch is made with besides its samples.
+struct BatchOptions {
+  std::optional<int64_t> loss_mask_token;  // data.loss_mask_token: those targets become kIgnoreIndex
+  int64_t mtp_depth = 0;                   // model.num_nextn_predict_layers: context.mtp_ahead
+  // data.document_masking and its keys: context.documents (and positions), targets across a
+  // document start left out unless predict_across_documents.
+  bool document_masking = false, reset_positions = true, predict_across_documents = false;
+  std::optional<int64_t> document_separator_token;
+
+  static BatchOptions of(const recipe::Recipe& recipe);
 };
 
 // The first global sample index of micro-batch `micro` on data-parallel rank `dp_rank`.
 uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
                          int64_t micro_batch_size);
 
-// Targets equal to `loss_mask_token` (data.loss_mask_token) become model::kIgnoreIndex. With
-// `mtp_depth` > 0 (model.num_nextn_predict_layers) the batch carries mtp_ahead.
+// Samples first_sample .. + micro_batch_size - 1 as `options` say. Document masking without a
+// separator token needs the dataset's document index (std::logic_error otherwise: open_dataset
+// refuses such data first).
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
-                            int64_t seq_len, c10::Device device, std::optional<int64_t> loss_mask_token = std::nullopt,
-                            int64_t mtp_depth = 0);
+                            int64_t seq_len, c10::Device device, const BatchOptions& options = {});
 
 // Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
-// zigzag.h), inputs, targets and the tokens ahead alike; the batch itself for cp = 1.
+// zigzag.h), inputs, targets and the context alike; the batch itself for cp = 1.
 MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank);
 
 }  // namespace trainer::train

@@ -30,15 +30,14 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
       const uint64_t first = first_sample_of(uint64_t(k * mesh.global_batch_size), groups.coordinates().dp,
                                              mesh.grad_accum_steps, m, batch);
       batches.push_back(context_part(
-          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, recipe.data.loss_mask_token,
-                           recipe.model.num_nextn_predict_layers),
+          make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, BatchOptions::of(recipe)),
           mesh.cp, groups.coordinates().cp));
       tokens += (batches.back().targets != model::kIgnoreIndex).sum();
     }
     auto forward = [&](int64_t m, int64_t c, const at::Tensor& input) {
       const MicroBatch& b = batches[size_t(m)];
       model::ForwardOutput out;
-      const at::Tensor y = model.forward_chunk(pipeline.local_chunk(c), input, b.inputs, b.targets, &out, b.mtp_ahead);
+      const at::Tensor y = model.forward_chunk(pipeline.local_chunk(c), input, b.inputs, b.targets, &out, b.context);
       if (c == last_chunk) loss_sum += out.loss_sum;
       return y;
     };

@@ -39,7 +39,7 @@ std::vector<MicroBatch> TrainStep::load_micro_batches(int64_t consumed_samples, 
   for (int64_t m = 0; m < accumulation; ++m) {
     const uint64_t first = first_sample_of(uint64_t(consumed_samples), groups_.coordinates().dp, accumulation, m, batch);
     batches.push_back(context_part(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
-                                                    recipe_.data.loss_mask_token, recipe_.model.num_nextn_predict_layers),
+                                                    BatchOptions::of(recipe_)),
                                    mesh_.cp, groups_.coordinates().cp));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
@@ -86,7 +86,7 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
     const MicroBatch& mb = batches[size_t(m)];
     model::ForwardOutput out;
     const at::Tensor y =
-        model_.forward_chunk(pipeline_.local_chunk(c), input, mb.inputs, mb.targets, &out, mb.mtp_ahead);
+        model_.forward_chunk(pipeline_.local_chunk(c), input, mb.inputs, mb.targets, &out, mb.context);
     // The MoE layers' losses reach backward through their outputs (model/aux_loss_scaler.h).
     if (out.aux_loss.defined()) f.aux_sum += out.aux_loss.detach();
     if (c != last_chunk) return y;

@@ -58,9 +58,25 @@ at::Tensor windowed_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return out.is_cuda() ? grad_in_layout_of(out) : out;
 }
 
+// Document masking (data.document_masking): ATen's attention with one boolean [b, 1, s, s] mask,
+// the document mask and the causal band (the window's, if any) together; every query keeps
+// itself, so no row is empty. It costs the whole s x s product per head, masked, and the mask's
+// b s^2 bytes; a variable-length kernel would compute only the documents' squares.
+at::Tensor document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
+                         const at::Tensor& document_mask) {
+  const int64_t s = q.size(2);
+  const at::Tensor band = band_mask({0, window > 0 && window < s ? window : s}, s, s, q.options()).eq(0);
+  const at::Tensor out = at::scaled_dot_product_attention(q, k, v, document_mask.logical_and(band),
+                                                          /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                          /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+  return out.is_cuda() ? grad_in_layout_of(out) : out;
+}
+
 }  // namespace
 
-at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
+                       const at::Tensor& document_mask) {
+  if (document_mask.defined()) return document_sdpa(q, k, v, window, document_mask);
   if (window > 0 && window < q.size(2)) return windowed_sdpa(q, k, v, window);
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,

@@ -13,7 +13,9 @@ namespace trainer::parallel {
 // q [b, h, s, d], k and v [b, kv, s, d] (kv dividing h: grouped-query attention). `window` > 0
 // and shorter than s (model.sliding_window): each query attends itself and the window - 1 tokens
 // before it (on CUDA through the flash kernel's window when it takes the inputs, else a mask).
-at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0);
+// `document_mask` (bool [b, 1, s, s], data.document_masking): only keys where it is true, too.
+at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0,
+                       const at::Tensor& document_mask = at::Tensor());
 
 // x itself in forward; in backward its gradient with x's strides (values unchanged).
 at::Tensor grad_in_layout_of(const at::Tensor& x);

@@ -87,7 +87,7 @@ TEST_CASE("multi-token prediction equals the paper's modules written out in fp64
                                        rms(h, module_params[prefix + "hnorm.weight"], config.rms_norm_eps)},
                                       -1);
     const at::Tensor projected = at::matmul(joined, module_params[prefix + "eh_proj.weight"].t());
-    h = rms(block[size_t(k - 1)].forward(projected, cos, sin, at::Tensor(), false).first,
+    h = rms(block[size_t(k - 1)].forward(projected, model::SequenceContext{cos, sin}, false).first,
             module_params[prefix + "shared_head.norm.weight"], config.rms_norm_eps);
     const at::Tensor logits = at::matmul(h, head.t());  // [t, b, V]
     for (int64_t s = 0; s < b; ++s)

@@ -263,6 +263,25 @@ TEST_CASE("rule: data sources and weights", "[recipe][rules]") {
                  {"data.weights has 1 entries but data.paths has 2"});
 }
 
+TEST_CASE("rule: document masking - its keys need it - synthetic data needs a separator - cp and MTP are not built",
+          "[recipe][rules]") {
+  const std::vector<std::string> masking = {"data.document_masking=true", "data.document_separator_token=2"};
+  CHECK(problems_of(masking).empty());
+  CHECK(problems_of(with(masking, {"parallel.tp=2", "parallel.sequence_parallel=true"}), 2).empty());
+  expect_problem({"data.document_masking=true"}, std::nullopt,
+                 {"data.document_masking=true", "synthetic", "data.document_separator_token"});
+  expect_problem(with(masking, {"data.document_separator_token=100000"}), std::nullopt,
+                 {"data.document_separator_token=100000", "model.vocab_size="});
+  expect_problem({"data.document_separator_token=2"}, std::nullopt,
+                 {"data.document_separator_token=2", "data.document_masking=true"});
+  expect_problem({"data.reset_positions=false"}, std::nullopt, {"data.reset_positions=false", "remove it"});
+  expect_problem({"data.predict_across_documents=true"}, std::nullopt,
+                 {"data.predict_across_documents=true", "remove it"});
+  expect_problem(with(masking, {"parallel.cp=2"}), 2, {"data.document_masking=true", "parallel.cp=2"});
+  expect_problem(with(masking, {"model.num_nextn_predict_layers=1"}), std::nullopt,
+                 {"data.document_masking=true", "model.num_nextn_predict_layers=1"});
+}
+
 TEST_CASE("rule: checkpoint settings", "[recipe][rules]") {
   expect_problem({"checkpoint.interval=10"}, std::nullopt, {"checkpoint.interval=10 needs checkpoint.dir"});
   expect_problem({"checkpoint.keep=1", "checkpoint.dir=c"}, std::nullopt, {"checkpoint.keep=1", "use keep >= 2"});

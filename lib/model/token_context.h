@@ -1,0 +1,15 @@
+#pragma once
+// What a micro-batch brings besides its tokens and targets, for the model's last chunk or every
+// chunk; each tensor is undefined when its feature is off. Split like the inputs under context
+// parallelism (train/batch.h).
+#include <ATen/core/Tensor.h>
+
+namespace trainer::model {
+
+struct TokenContext {
+  at::Tensor mtp_ahead;  // multi-token prediction's tokens and targets ahead (mtp.h), int64 [2, D, B, T]
+  at::Tensor documents;  // data.document_masking: each position's document in its sample, int64 [B, T]
+  at::Tensor positions;  // data.reset_positions: each position's rotary position, int64 [B, T]
+};
+
+}  // namespace trainer::model

@@ -1,0 +1,55 @@
+// A micro-batch with document masking: each position's document and restarted position, and the
+// target that crosses into the next document left out (unless predict_across_documents), from a
+// separator token; split like the inputs under context parallelism.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "data/dataset.h"
+#include "model/transformer.h"
+#include "train/batch.h"
+
+using namespace trainer;
+
+namespace {
+
+// Sample i is the tokens i, i + 1, ... mod 10: token 9 (the separator below) ends a document.
+class CountingDataset : public data::Dataset {
+ public:
+  void sample(uint64_t index, int64_t seq_len, int32_t* out) const override {
+    for (int64_t p = 0; p <= seq_len; ++p) out[p] = int32_t((index + uint64_t(p)) % 10);
+  }
+  std::optional<double> entropy_floor() const override { return std::nullopt; }
+  std::string describe() const override { return "counting"; }
+};
+
+}  // namespace
+
+TEST_CASE("batch: documents from a separator - positions restart - the crossing target is left out", "[train][documents]") {
+  const CountingDataset data;
+  train::BatchOptions options;
+  options.document_masking = true;
+  options.document_separator_token = 9;
+  // Sample 6: tokens 6 7 8 9 0 1 2 | 3; inputs 6..2, targets 7..3.
+  const train::MicroBatch mb = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), options);
+  CHECK(at::equal(mb.context.documents, at::tensor(std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1}, at::kLong).view({1, 7})));
+  CHECK(at::equal(mb.context.positions, at::tensor(std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2}, at::kLong).view({1, 7})));
+  // The separator (position 3) does not predict the next document's first token.
+  const int64_t x = model::kIgnoreIndex;
+  CHECK(at::equal(mb.targets, at::tensor(std::vector<int64_t>{7, 8, 9, x, 1, 2, 3}, at::kLong).view({1, 7})));
+  options.predict_across_documents = true;
+  options.reset_positions = false;
+  const train::MicroBatch across = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), options);
+  CHECK(at::equal(across.targets, at::tensor(std::vector<int64_t>{7, 8, 9, 0, 1, 2, 3}, at::kLong).view({1, 7})));
+  CHECK(!across.context.positions.defined());
+  // cp 2: the zigzag parts of the inputs, documents and positions together (chunks 0 and 3 of 4).
+  train::MicroBatch even = train::make_micro_batch(data, 6, 1, 8, c10::Device(c10::DeviceType::CPU), options);
+  const train::MicroBatch part = train::context_part(even, 2, 0);
+  CHECK(at::equal(part.inputs, at::tensor(std::vector<int64_t>{6, 7, 2, 3}, at::kLong).view({1, 4})));
+  CHECK(at::equal(part.context.documents, at::tensor(std::vector<int64_t>{0, 0, 1, 1}, at::kLong).view({1, 4})));
+  // Without masking: no context, every target.
+  const train::MicroBatch plain = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU));
+  CHECK(!plain.context.documents.defined());
+  CHECK(at::equal(plain.targets, at::tensor(std::vector<int64_t>{7, 8, 9, 0, 1, 2, 3}, at::kLong).view({1, 7})));
+}
