@@ -54,18 +54,22 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
 }
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window, const at::Tensor& document_mask) {
+                          int64_t window, const parallel::DocumentMask& document_mask) {
   if (cp.size > 1) {
-    // validate refuses data.document_masking with cp > 1 first.
-    if (document_mask.defined()) throw std::logic_error("document masking is not built with context parallelism");
-    return cp.method == ContextParallel::Method::Ring ? parallel::ring_attention(q, k, v, *cp.group, window)
-                                                      : parallel::ulysses_attention(q, k, v, *cp.group, window);
+    // Each rank holds a zigzag part of the sequence: the ring's blocks and Ulysses' gathered
+    // sequence build their masks from every position's document.
+    if (document_mask.same.defined())
+      throw std::logic_error("document masking under context parallelism takes the whole sequence's documents");
+    return cp.method == ContextParallel::Method::Ring
+               ? parallel::ring_attention(q, k, v, *cp.group, window, document_mask.ids)
+               : parallel::ulysses_attention(q, k, v, *cp.group, window, document_mask.ids);
   }
-  return parallel::causal_sdpa(q, k, v, window, document_mask);
+  if (document_mask.ids.defined()) throw std::logic_error("document masking at cp 1 takes the sequence's mask");
+  return parallel::causal_sdpa(q, k, v, window, document_mask.same);
 }
 
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& document_mask) const {
+                           const parallel::DocumentMask& document_mask) const {
   return attention_core(q, k, v, cp_, window_, document_mask);
 }
 
@@ -100,7 +104,7 @@ at::Tensor Attention::forward(const at::Tensor& x, const SequenceContext& seq, b
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj (a view: SDPA's output
   // follows the query's layout).
-  auto core_out = [this, t, b, mask = seq.document_mask](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  auto core_out = [this, t, b, mask = seq.documents](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return core(q, k, v, mask).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
   };
   // Recomputed, the core's output is o_proj's input and nobody keeps it: the core runs again at

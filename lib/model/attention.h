@@ -20,9 +20,9 @@ namespace trainer::model {
 // The causal attention core over this rank's part of the sequence: q [B, h, T, d], k and v
 // [B, kv, T, d] -> [B, h, T, d]; ring attention or Ulysses over the cp group when cp.size > 1.
 // `window`: sliding window in tokens, 0 for full causal attention. `document_mask`
-// (SequenceContext's, or undefined): keys outside the query's document are masked too.
+// (SequenceContext's documents, or undefined): keys outside the query's document are masked too.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window, const at::Tensor& document_mask = at::Tensor());
+                          int64_t window, const parallel::DocumentMask& document_mask = {});
 
 class Attention {
  public:
@@ -42,7 +42,7 @@ class Attention {
   // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d] (T: this
   // rank's part of the sequence under context parallelism).
   at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& document_mask = at::Tensor()) const;
+                  const parallel::DocumentMask& document_mask = {}) const;
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;

@@ -23,7 +23,7 @@ MtpModule::MtpModule(ParameterSet& params, int64_t depth, const recipe::ModelCon
   head_norm_ = RmsNorm(params, prefix + "shared_head.norm.weight", h, config.rms_norm_eps, tp, kernels.rms_norm);
 }
 
-at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_t depth) {
+at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_t depth, const at::Tensor& documents) {
   const int64_t t = inputs.size(1);
   // The whole sequence: the inputs and the last target (an ignored one reads as token 0; no
   // position predicts from it).
@@ -31,7 +31,10 @@ at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_
   std::vector<at::Tensor> tokens, module_targets;
   for (int64_t k = 1; k <= depth; ++k) {
     tokens.push_back(at::constant_pad_nd(sequence.narrow(1, k, t + 1 - k), {0, k - 1}, 0));
-    module_targets.push_back(at::constant_pad_nd(targets.narrow(1, k, t - k), {0, k}, double(kIgnoreIndex)));
+    at::Tensor ahead = targets.narrow(1, k, t - k);
+    if (documents.defined())  // target i + k is token i + k + 1
+      ahead = ahead.masked_fill(documents.narrow(1, k + 1, t - k) != documents.narrow(1, 0, t - k), kIgnoreIndex);
+    module_targets.push_back(at::constant_pad_nd(ahead, {0, k}, double(kIgnoreIndex)));
   }
   return at::stack({at::stack(tokens), at::stack(module_targets)});
 }

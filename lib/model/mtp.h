@@ -27,7 +27,11 @@ namespace trainer::model {
 // where [0][k-1][b][i] is token i + k (the inputs, then the last target; 0 past the window) and
 // [1][k-1][b][i] is target i + k (kIgnoreIndex past the window). inputs, targets: [B, T], the
 // whole sequence. Computed before context parallelism's zigzag split, it splits with the inputs.
-at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_t depth);
+// `documents` (data.document_masking without predict_across_documents): int64 [B, T + 1], the
+// document of each input and of the last target; a module's target in another document than its
+// position is left out too (kIgnoreIndex), as the main model's crossing target is.
+at::Tensor mtp_ahead(const at::Tensor& inputs, const at::Tensor& targets, int64_t depth,
+                     const at::Tensor& documents = at::Tensor());
 
 class MtpModule {
  public:

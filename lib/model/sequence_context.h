@@ -4,6 +4,8 @@
 // order and, with document masking, which keys each query may see.
 #include <ATen/core/Tensor.h>
 
+#include "parallel/context/document_mask.h"
+
 namespace trainer::model {
 
 struct SequenceContext {
@@ -11,9 +13,9 @@ struct SequenceContext {
   // document (data.reset_positions).
   at::Tensor cos, sin;
   at::Tensor token_keys;  // the MoE layers' order of this rank's tokens (Moe::forward)
-  // data.document_masking: bool [B, 1, T, T], true where query and key are in the same document
-  // (causality and windows are the attention core's); undefined: one sequence per sample.
-  at::Tensor document_mask;
+  // data.document_masking: which keys each query may see besides causality and windows (the
+  // attention core's); undefined: one sequence per sample.
+  parallel::DocumentMask documents;
 };
 
 }  // namespace trainer::model

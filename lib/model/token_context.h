@@ -8,7 +8,9 @@ namespace trainer::model {
 
 struct TokenContext {
   at::Tensor mtp_ahead;  // multi-token prediction's tokens and targets ahead (mtp.h), int64 [2, D, B, T]
-  at::Tensor documents;  // data.document_masking: each position's document in its sample, int64 [B, T]
+  // data.document_masking: each position's document in its sample, int64 [B, T]; under context
+  // parallelism the whole sequence's, in order (not split: attention masks are built from it).
+  at::Tensor documents;
   at::Tensor positions;  // data.reset_positions: each position's rotary position, int64 [B, T]
 };
 

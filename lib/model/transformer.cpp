@@ -169,8 +169,14 @@ Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& input
     std::tie(tables.cos, tables.sin) = rotary_.cos_sin(positions, options_.dtype);
   }
   // Document masking: a query sees keys of its own document (causality is the attention core's).
-  if (context.documents.defined())
-    tables.document_mask = (context.documents.unsqueeze(2) == context.documents.unsqueeze(1)).unsqueeze(1);
+  // Under context parallelism the documents are the whole sequence's, from which ring and Ulysses
+  // attention build the masks of their blocks.
+  if (context.documents.defined()) {
+    if (cp == 1)
+      tables.documents.same = parallel::same_document(context.documents);
+    else
+      tables.documents.ids = context.documents;
+  }
   // MoE layers order their tokens by (position, sample), the same on every mesh; under sequence
   // parallelism this rank's rows are its tp part of the sequence.
   if (options_.config.moe) {
@@ -300,8 +306,9 @@ at::Tensor Transformer::loss(const at::Tensor& x, const at::Tensor& inputs, cons
     at::Tensor ahead = mtp_ahead;
     if (!ahead.defined()) {
       // Under context parallelism the tokens ahead lie in other ranks' chunks: the batch brings them.
-      if (options_.cp.size > 1)
-        throw std::logic_error("multi-token prediction under context parallelism needs the batch's mtp_ahead");
+      if (options_.cp.size > 1 || tables.documents.defined())
+        throw std::logic_error(
+            "multi-token prediction under context parallelism or with document masking needs the batch's mtp_ahead");
       ahead = model::mtp_ahead(inputs, targets, int64_t(mtp_.size()));
     }
     const at::Tensor mtp = mtp_losses(h, ahead, tables, &out->aux_loss);

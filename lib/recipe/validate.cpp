@@ -369,7 +369,6 @@ class Checker {
   // data.document_masking and its keys (data/documents.h).
   void document_rules() {
     const auto& d = r_.data;
-    const auto& p = r_.parallel;
     if (d.document_separator_token && *d.document_separator_token >= r_.model.vocab_size)
       add("data.document_separator_token={} is not a token id of this model (model.vocab_size={}); give the id of "
           "the end-of-document token, below it",
@@ -390,15 +389,6 @@ class Checker {
     if (d.source == DataSource::Synthetic && !d.document_separator_token)
       add("data.document_masking=true with data.source=\"synthetic\" needs data.document_separator_token: "
           "synthetic samples have no document index; name the token that ends a document");
-    if (p.cp > 1)
-      add("data.document_masking=true with parallel.cp={}: document masking is not built with context "
-          "parallelism yet; set parallel.cp=1",
-          p.cp);
-    if (r_.model.num_nextn_predict_layers > 0)
-      add("data.document_masking=true with model.num_nextn_predict_layers={}: multi-token prediction is not "
-          "built with document masking yet (its tokens ahead would cross documents); set "
-          "model.num_nextn_predict_layers=0",
-          r_.model.num_nextn_predict_layers);
   }
 
   void checkpoint_rules() {

@@ -54,6 +54,7 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
   batch.inputs = to_device(all.narrow(1, 0, seq_len).contiguous(), device);
   at::Tensor targets = all.narrow(1, 1, seq_len).contiguous();
   if (options.loss_mask_token) targets.masked_fill_(targets == *options.loss_mask_token, model::kIgnoreIndex);
+  at::Tensor crossing_documents;  // [B, seq_len + 1] when targets across documents are left out
   if (options.document_masking) {
     // Each sample's documents over its seq_len + 1 tokens: the inputs' documents and positions,
     // and the targets that cross into the next document.
@@ -71,15 +72,17 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
       std::copy(sample.document.begin(), sample.document.end(), documents[b].data_ptr<int32_t>());
       std::copy(sample.position.begin(), sample.position.end(), positions[b].data_ptr<int32_t>());
     }
-    if (!options.predict_across_documents)
+    if (!options.predict_across_documents) {
       targets.masked_fill_(documents.narrow(1, 1, seq_len) != documents.narrow(1, 0, seq_len), model::kIgnoreIndex);
+      crossing_documents = documents.to(at::kLong);  // multi-token prediction's targets ahead cross too
+    }
     batch.context.documents = to_device(documents.narrow(1, 0, seq_len).to(at::kLong), device);
     if (options.reset_positions) batch.context.positions = to_device(positions.narrow(1, 0, seq_len).to(at::kLong), device);
   }
   batch.targets = to_device(targets, device);
   if (options.mtp_depth > 0)
-    batch.context.mtp_ahead =
-        to_device(model::mtp_ahead(all.narrow(1, 0, seq_len), targets, options.mtp_depth), device);
+    batch.context.mtp_ahead = to_device(
+        model::mtp_ahead(all.narrow(1, 0, seq_len), targets, options.mtp_depth, crossing_documents), device);
   return batch;
 }
 
@@ -92,7 +95,7 @@ MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank) {
   part.inputs = take(batch.inputs, 1);
   part.targets = take(batch.targets, 1);
   part.context.mtp_ahead = take(batch.context.mtp_ahead, 3);
-  part.context.documents = take(batch.context.documents, 1);
+  part.context.documents = batch.context.documents;  // whole: the attention masks' (token_context.h)
   part.context.positions = take(batch.context.positions, 1);
   return part;
 }

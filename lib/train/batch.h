@@ -43,7 +43,8 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
                             int64_t seq_len, c10::Device device, const BatchOptions& options = {});
 
 // Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
-// zigzag.h), inputs, targets and the context alike; the batch itself for cp = 1.
+// zigzag.h), inputs, targets and the context alike (but the documents, which stay whole); the batch
+// itself for cp = 1.
 MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank);
 
 }  // namespace trainer::train

@@ -2,8 +2,10 @@
 // or ulysses, DTYPE f32 or f64) with RANK, WORLD_SIZE (the cp size), MASTER_ADDR and MASTER_PORT in
 // the environment. Every rank draws the same whole-sequence q, k, v (grouped-query: more query
 // heads than key/value heads) and upstream gradient, runs causal attention on the whole sequence
-// (and sliding-window attention, windows from 1 token to the sequence less one) as the reference,
-// and runs its zigzag part through ring or Ulysses attention; the output and
+// (and sliding-window attention, windows from 1 token to the sequence less one; and with document
+// masking, documents of 1 token, across chunk boundaries and nearly the whole sequence, with and
+// without a window) as the reference, and runs its zigzag part through ring or Ulysses attention;
+// the output and
 // the gradients of q, k and v must equal the reference's zigzag part. Prints the largest
 // differences relative to the largest reference value of the four tensors; exit 0 when they are within
 // the tolerance (fp32 1e-6, fp64 1e-12).
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
@@ -47,11 +50,32 @@ int main(int argc, char** argv) {
     const double tolerance = f64 ? 1e-12 : 1e-6;
     double worst = 0;
     std::string report;
-    for (const int64_t window : {int64_t(0), int64_t(1), int64_t(2), int64_t(4), int64_t(7), seq - 1}) {
+    // Documents: sample 0 lengths 1, 5, 1, 2 and the rest; sample 1 the whole but the last two tokens,
+    // then 1 and 1. Chunks are 3 tokens: documents cross chunk boundaries and zigzag halves.
+    std::vector<int64_t> document_ids;
+    for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{1, 5, 1, 2, seq - 9}, {seq - 2, 1, 1}})
+      for (size_t d = 0; d < lengths.size(); ++d) document_ids.insert(document_ids.end(), size_t(lengths[d]), int64_t(d));
+    const at::Tensor ids = at::tensor(document_ids, at::kLong).view({batch, seq});
+    struct Case {
+      int64_t window;
+      bool documents;
+    };
+    std::vector<Case> cases;
+    for (const int64_t window : {int64_t(0), int64_t(1), int64_t(2), int64_t(4), int64_t(7), seq - 1})
+      cases.push_back({window, false});
+    for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true});
+    for (const auto [window, documents] : cases) {
       const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
                        v_all = v.clone().requires_grad_(true);
       at::Tensor full;
-      if (window == 0) {
+      if (documents) {
+        const at::Tensor i = at::arange(seq).unsqueeze(1), j = at::arange(seq).unsqueeze(0);
+        at::Tensor allowed = (i - j).ge(0);
+        if (window > 0) allowed = allowed.logical_and((i - j).lt(window));
+        allowed = allowed.logical_and(ids.unsqueeze(2) == ids.unsqueeze(1)).unsqueeze(1);  // [B, 1, T, T]
+        full = at::scaled_dot_product_attention(q_all, k_all, v_all, allowed, 0.0, false, std::nullopt,
+                                                /*enable_gqa=*/true);
+      } else if (window == 0) {
         full = at::scaled_dot_product_attention(q_all, k_all, v_all, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
       } else {
         // Query i attends key j when 0 <= i - j < window (transformers' sliding window).
@@ -65,11 +89,12 @@ int main(int argc, char** argv) {
       auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(x, 2, n, r).contiguous(); };
       const at::Tensor q_part = part(q).requires_grad_(true), k_part = part(k).requires_grad_(true),
                        v_part = part(v).requires_grad_(true);
-      const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp, window)
-                                  : parallel::ulysses_attention(q_part, k_part, v_part, cp, window);
+      const at::Tensor whole_ids = documents ? ids : at::Tensor();
+      const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp, window, whole_ids)
+                                  : parallel::ulysses_attention(q_part, k_part, v_part, cp, window, whole_ids);
       out.backward(part(grad));
 
-      report += fmt::format(" window {}:", window);
+      report += fmt::format(" window {}{}:", window, documents ? " documents" : "");
       const std::vector<std::tuple<std::string, at::Tensor, at::Tensor>> compared = {
           {"out", out, part(full.detach())},
           {"dq", q_part.grad(), part(q_all.grad())},

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
@@ -148,6 +149,48 @@ BlockGradients attend_band_backward(const at::Tensor& grad_out, const at::Tensor
   auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
       grad_out, q, expand_heads(k, heads), expand_heads(v, heads), out, lse, /*dropout_p=*/0.0, /*is_causal=*/false,
       band_mask(band, Lq, Lk, q.options()).view({1, 1, Lq, Lk}));
+  return {dq, sum_groups(dk, k.size(1)), sum_groups(dv, v.size(1))};
+}
+
+namespace {
+
+// The masked block's scores in the accumulation dtype: [B, h, Lq, Lk], -inf where masked.
+at::Tensor masked_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
+  const auto type = at::promote_types(q.scalar_type(), at::kFloat);
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  const at::Tensor scores = at::matmul(q.to(type), expand_heads(k, q.size(1)).to(type).transpose(-2, -1)).mul_(scale);
+  return scores.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+// exp(scores - lse) with the rows whose lse is -inf (no key) all zeros, not NaN.
+at::Tensor probabilities(const at::Tensor& scores, const at::Tensor& lse) {
+  const at::Tensor finite = at::where(at::isinf(lse), at::zeros_like(lse), lse);
+  return at::exp(scores - finite.unsqueeze(-1));
+}
+
+}  // namespace
+
+BlockAttention attend_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+  const at::Tensor scores = masked_scores(q, k, mask);
+  const at::Tensor lse = at::logsumexp(scores, -1);
+  const at::Tensor p = probabilities(scores, lse);
+  return {at::matmul(p, expand_heads(v, q.size(1)).to(p.scalar_type())), lse};
+}
+
+BlockGradients attend_masked_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                      const at::Tensor& mask) {
+  const int64_t heads = q.size(1);
+  const at::Tensor p = probabilities(masked_scores(q, k, mask), lse.to(at::promote_types(q.scalar_type(), at::kFloat)));
+  const auto type = p.scalar_type();
+  const at::Tensor g = grad_out.to(type), key = expand_heads(k, heads).to(type), value = expand_heads(v, heads).to(type);
+  // Softmax backward with the final output: dS = P * (dP - rowsum(dO * O)).
+  const at::Tensor row = (g * out.to(type)).sum(-1, /*keepdim=*/true);
+  const at::Tensor ds = p * (at::matmul(g, value.transpose(-2, -1)) - row);
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  const at::Tensor dq = at::matmul(ds, key).mul_(scale);
+  const at::Tensor dk = at::matmul(ds.transpose(-2, -1), q.to(type)).mul_(scale);
+  const at::Tensor dv = at::matmul(p.transpose(-2, -1), g);
   return {dq, sum_groups(dk, k.size(1)), sum_groups(dv, v.size(1))};
 }
 

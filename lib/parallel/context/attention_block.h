@@ -52,6 +52,17 @@ BlockGradients attend_band_backward(const at::Tensor& grad_out, const at::Tensor
 // [Lq, Lk] in `options`' dtype and device.
 at::Tensor band_mask(Band band, int64_t Lq, int64_t Lk, const at::TensorOptions& options);
 
+// Attention of a block under a boolean mask (document masking, document_mask.h): mask
+// [B, 1, Lq, Lk], true where a query attends a key. Rows the mask empties give out 0 and lse -inf
+// (they merge as nothing). Written out in ATen operations in the accumulation dtype (fp32; fp64
+// for fp64), in which the results and gradients come: the block's scores, Lq x Lk per head, are
+// materialised, and the backward's softmax normaliser is the rows' final log-sum-exp, as the
+// kernels'. Callers skip blocks the mask empties.
+BlockAttention attend_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask);
+BlockGradients attend_masked_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                      const at::Tensor& mask);
+
 // Adds a block's result into running (out, lse) accumulators (fp32 or fp64) for the same rows:
 // out = out * e^(lse - new) + part * e^(part_lse - new), new = log(e^lse + e^part_lse).
 void merge_block(at::Tensor& out, at::Tensor& lse, const BlockAttention& part);

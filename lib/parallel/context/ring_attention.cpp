@@ -2,14 +2,18 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "parallel/context/attention_block.h"
 #include "parallel/context/causal_sdpa.h"
+#include "parallel/context/document_mask.h"
+#include "parallel/context/zigzag.h"
 #include "parallel/tensor/group_handle.h"
 
 namespace trainer::parallel {
@@ -72,15 +76,30 @@ std::vector<BandPair> band_pairs(int64_t step, int64_t rank, int64_t n, int64_t 
   return pairs;
 }
 
+// With document masking: which keys of step i's block (rank source's zigzag chunks) this rank's
+// queries see, from every position's document over the whole sequence.
+at::Tensor block_mask(const at::Tensor& documents, int64_t step, int64_t rank, int64_t n, int64_t window) {
+  const int64_t whole = documents.size(1), source = (rank - step + n) % n;
+  const auto options = documents.options();
+  return document_block_mask(documents, zigzag_positions(whole, n, rank, options),
+                             zigzag_positions(whole, n, source, options), window);
+}
+
+// The documents travel outside autograd's inputs (they have no gradient, and may be undefined).
+struct DocumentIds {
+  at::Tensor ids;
+};
+
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            c10::intrusive_ptr<GroupHandle> group, int64_t window) {
+                            DocumentIds document_ids, c10::intrusive_ptr<GroupHandle> group, int64_t window) {
+    const at::Tensor& documents = document_ids.ids;
     comm::Communicator& cp = *group->group;
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const at::Tensor query_second = q.narrow(2, c, c);
     at::Tensor kv = at::stack({k, v});  // [2, B, kv, 2c, d]: one message per step
     at::Tensor out, lse;
-    if (window > 0) {  // rows merge into zeros with a log-sum-exp of -inf
+    if (window > 0 || documents.defined()) {  // rows merge into zeros with a log-sum-exp of -inf
       out = at::zeros(q.sizes(), q.options().dtype(accumulation_type(q)));
       lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<double>::infinity(), out.options());
     }
@@ -88,7 +107,10 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       std::optional<RingExchange> next;
       if (step + 1 < n) next.emplace(cp, kv, step);  // the next block travels while this one is attended
       const Part part = part_of(step, r, n);
-      if (window > 0) {
+      if (documents.defined()) {
+        const at::Tensor mask = block_mask(documents, step, r, n, window);
+        if (mask.any().item<bool>()) merge_block(out, lse, attend_masked(q, kv[0], kv[1], mask));
+      } else if (window > 0) {
         for (const BandPair& p : band_pairs(step, r, n, c, window)) {
           at::Tensor out_rows = out.narrow(2, p.query_chunk * c, p.rows), lse_rows = lse.narrow(2, p.query_chunk * c, p.rows);
           merge_block(out_rows, lse_rows,
@@ -109,6 +131,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     }
     const at::Tensor result = out.to(q.scalar_type());
     ctx->save_for_backward({q, k, v, result, lse});
+    if (documents.defined()) ctx->saved_data["documents"] = documents;
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["window"] = window;
     return result;
@@ -119,6 +142,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     comm::Communicator& cp = *group->group;
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse_acc = saved[4];
+    const auto found = ctx->saved_data.find("documents");
+    const at::Tensor documents = found == ctx->saved_data.end() ? at::Tensor() : found->second.toTensor();
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const int64_t window = ctx->saved_data["window"].toInt();
     const at::Tensor grad_out = grads[0].contiguous();
@@ -133,7 +158,15 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       if (step + 1 < n) next.emplace(cp, kv, step);
       at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulation_type(q)));
       const Part part = part_of(step, r, n);
-      if (window > 0) {
+      if (documents.defined()) {
+        const at::Tensor mask = block_mask(documents, step, r, n, window);
+        if (mask.any().item<bool>()) {
+          const BlockGradients g = attend_masked_backward(grad_out, q, kv[0], kv[1], out, lse, mask);
+          dq.add_(g.dq);
+          dkv[0].add_(g.dk);
+          dkv[1].add_(g.dv);
+        }
+      } else if (window > 0) {
         for (const BandPair& p : band_pairs(step, r, n, c, window)) {
           const auto rows = [&](const at::Tensor& t) { return t.narrow(2, p.query_chunk * c, p.rows); };
           const auto keys = [&](const at::Tensor& t) { return t.narrow(2, p.key_chunk * c, c); };
@@ -165,18 +198,21 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     }
     const at::Tensor own_dkv = arriving_dkv->take();
     return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
-                          int64_t window) {
-  if (cp.size() == 1) return causal_sdpa(q, k, v, window);
+                          int64_t window, const at::Tensor& documents) {
+  if (cp.size() == 1) return causal_sdpa(q, k, v, window, documents.defined() ? same_document(documents) : at::Tensor());
   // A window as long as the whole sequence is plain causal attention.
   if (window >= q.size(2) * cp.size()) window = 0;
-  return RingAttention::apply(q, k, v, c10::make_intrusive<GroupHandle>(&cp), window);
+  if (documents.defined() && documents.size(1) != q.size(2) * cp.size())
+    throw std::logic_error(fmt::format("ring attention: documents of {} positions for a sequence of {} tokens",
+                                       documents.size(1), q.size(2) * cp.size()));
+  return RingAttention::apply(q, k, v, DocumentIds{documents}, c10::make_intrusive<GroupHandle>(&cp), window);
 }
 
 }  // namespace trainer::parallel

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "parallel/context/causal_sdpa.h"
+#include "parallel/context/document_mask.h"
 #include "parallel/context/zigzag.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -74,7 +75,7 @@ at::Tensor heads_to_sequence(const at::Tensor& x, comm::Communicator& cp) {
 }
 
 at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
-                             int64_t window) {
+                             int64_t window, const at::Tensor& documents) {
   const int64_t n = cp.size(), heads = q.size(1), kv_heads = k.size(1);
   if (heads % n != 0 || heads % kv_heads != 0)
     throw std::invalid_argument(fmt::format(
@@ -87,7 +88,9 @@ at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at:
   const at::Tensor v_all = repeat == 1 ? v : v.repeat_interleave(repeat, 1);
   const at::Tensor q_heads = sequence_to_heads(q, cp), k_heads = sequence_to_heads(k_all, cp),
                    v_heads = sequence_to_heads(v_all, cp);
-  const at::Tensor out = causal_sdpa(q_heads, k_heads, v_heads, window);  // the whole sequence, in order
+  // The whole sequence, in order, and so is documents'.
+  const at::Tensor out =
+      causal_sdpa(q_heads, k_heads, v_heads, window, documents.defined() ? same_document(documents) : at::Tensor());
   return heads_to_sequence(out, cp);
 }
 

@@ -43,11 +43,26 @@ TEST_CASE("batch: documents from a separator - positions restart - the crossing 
   const train::MicroBatch across = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), options);
   CHECK(at::equal(across.targets, at::tensor(std::vector<int64_t>{7, 8, 9, 0, 1, 2, 3}, at::kLong).view({1, 7})));
   CHECK(!across.context.positions.defined());
-  // cp 2: the zigzag parts of the inputs, documents and positions together (chunks 0 and 3 of 4).
+  // cp 2: the zigzag parts of the inputs and positions together (chunks 0 and 3 of 4); the
+  // documents stay whole (the attention masks' under cp).
+  options.reset_positions = true;
   train::MicroBatch even = train::make_micro_batch(data, 6, 1, 8, c10::Device(c10::DeviceType::CPU), options);
   const train::MicroBatch part = train::context_part(even, 2, 0);
   CHECK(at::equal(part.inputs, at::tensor(std::vector<int64_t>{6, 7, 2, 3}, at::kLong).view({1, 4})));
-  CHECK(at::equal(part.context.documents, at::tensor(std::vector<int64_t>{0, 0, 1, 1}, at::kLong).view({1, 4})));
+  CHECK(at::equal(part.context.positions, at::tensor(std::vector<int64_t>{0, 1, 2, 3}, at::kLong).view({1, 4})));
+  CHECK(at::equal(part.context.documents, even.context.documents));
+  // Multi-token prediction: module 1's target at i (token i + 2) is left out where it lies in
+  // another document than i (positions 2 and 3), not only where the main target crosses.
+  train::BatchOptions mtp = options;
+  mtp.predict_across_documents = false;
+  mtp.mtp_depth = 1;
+  const train::MicroBatch ahead = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), mtp);
+  CHECK(at::equal(ahead.context.mtp_ahead[1][0],
+                  at::tensor(std::vector<int64_t>{8, 9, x, x, 2, 3, x}, at::kLong).view({1, 7})));
+  mtp.predict_across_documents = true;
+  const train::MicroBatch ahead_across = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), mtp);
+  CHECK(at::equal(ahead_across.context.mtp_ahead[1][0],
+                  at::tensor(std::vector<int64_t>{8, 9, 0, 1, 2, 3, x}, at::kLong).view({1, 7})));
   // Without masking: no context, every target.
   const train::MicroBatch plain = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU));
   CHECK(!plain.context.documents.defined());
