@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "data/dataset.h"
+
 namespace trainer::data {
 
 struct SampleDocuments {
@@ -20,5 +22,15 @@ struct SampleDocuments {
 // in 1..count-1, increasing, as Dataset::document_starts gives them).
 SampleDocuments sample_documents(const int32_t* tokens, int64_t count, const std::vector<int64_t>& starts,
                                  std::optional<int64_t> separator);
+
+// The documents of global sample `index` of `dataset` (seq_len + 1 tokens, written to `tokens` when
+// given): cut after each `separator`, or at the dataset's document index (std::logic_error when it
+// has none: open_dataset refuses such data with masking first).
+SampleDocuments documents_of_sample(const Dataset& dataset, uint64_t index, int64_t seq_len,
+                                    std::optional<int64_t> separator, std::vector<int32_t>* tokens = nullptr);
+
+// The sum of the squared lengths of the documents among the first `count` tokens (a sample's
+// inputs): the (query, key) pairs of its document-masked attention, up to the causal halving.
+int64_t squared_document_lengths(const SampleDocuments& documents, int64_t count);
 
 }  // namespace trainer::data

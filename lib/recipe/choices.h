@@ -181,6 +181,13 @@ constexpr EnumEntries<DataFormat, 4> enum_entries(DataFormat) {
            {DataFormat::Llmc, "llmc"}}};
 }
 
+// data.balance: which rank and micro-batch processes each sample of a global batch (auto: cost
+// with data.document_masking, else none).
+enum class DataBalance { Auto, Cost, None };
+constexpr EnumEntries<DataBalance, 3> enum_entries(DataBalance) {
+  return {{{DataBalance::Auto, "auto"}, {DataBalance::Cost, "cost"}, {DataBalance::None, "none"}}};
+}
+
 // checkpoint.resume: "auto" (the latest committed checkpoint of checkpoint.dir, if any), "none"
 // (start fresh) or the path of a checkpoint.
 struct ResumeFrom {

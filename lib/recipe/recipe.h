@@ -553,6 +553,11 @@ struct DataConfig {
   bool reset_positions = true;            // with document_masking
   bool predict_across_documents = false;  // with document_masking
   std::optional<int64_t> document_separator_token;
+  DataBalance balance = DataBalance::Auto;
+  // data.balance resolved: cost with document masking unless "none".
+  bool balanced() const {
+    return balance == DataBalance::Cost || (balance == DataBalance::Auto && document_masking);
+  }
 
   // The keys of this section (field.h).
   template <class Table>
@@ -589,6 +594,13 @@ struct DataConfig {
         "With `data.document_masking`: the token that ends each document (an end-of-text token; "
         "the token after it starts the next document). Required for data without a document "
         "index (llm.c shards, synthetic data); null: the dataset's document index.");
+    t.key("balance", &DataConfig::balance, any(),
+        "With `data.document_masking`: which data-parallel rank and which micro-batch processes "
+        "each sample of a global batch. cost: chosen by attention work (the sum of the squares of "
+        "the sample's document lengths), greedy longest-first, the same on every rank and on a "
+        "resume; the global batch's samples, hence the loss, do not change (up to summation "
+        "order). none: contiguous, as without masking. auto: cost with masking, else none. See "
+        "[data.md](data.md#balanced-packing-databalance).");
   }
 };
 

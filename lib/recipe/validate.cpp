@@ -381,6 +381,9 @@ class Checker {
       if (!d.reset_positions)
         add("data.reset_positions=false has no effect without data.document_masking=true (positions restart "
             "only with it); remove it");
+      if (d.balance == DataBalance::Cost)
+        add("data.balance=\"cost\" has no effect without data.document_masking=true (every sample costs the "
+            "same then); remove it");
       if (d.predict_across_documents)
         add("data.predict_across_documents=true has no effect without data.document_masking=true (every target "
             "is predicted then); remove it");

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "data/batch_balance.h"
 #include "data/documents.h"
 #include "model/mtp.h"
 #include "model/transformer.h"
@@ -44,10 +45,41 @@ BatchOptions BatchOptions::of(const recipe::Recipe& recipe) {
 
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
                             int64_t seq_len, c10::Device device, const BatchOptions& options) {
-  const int64_t count = seq_len + 1;
+  std::vector<uint64_t> samples;
+  for (int64_t b = 0; b < micro_batch_size; ++b) samples.push_back(first_sample + uint64_t(b));
+  return make_micro_batch(dataset, samples, seq_len, device, options);
+}
+
+std::vector<std::vector<std::vector<uint64_t>>> global_batch_samples(const data::Dataset& dataset,
+                                                                     uint64_t consumed_samples, int64_t dp,
+                                                                     int64_t accumulation, int64_t micro_batch_size,
+                                                                     int64_t seq_len, const BatchOptions& options,
+                                                                     bool balance) {
+  const int64_t total = dp * accumulation * micro_batch_size;
+  std::vector<double> costs(size_t(total), 0.0);
+  if (balance) {
+    std::vector<int32_t> tokens;
+    for (int64_t i = 0; i < total; ++i)
+      costs[size_t(i)] = double(data::squared_document_lengths(
+          data::documents_of_sample(dataset, consumed_samples + uint64_t(i), seq_len, options.document_separator_token,
+                                    &tokens),
+          seq_len));
+  }
+  const data::GlobalBatchPlan plan = data::plan_global_batch(costs, dp, accumulation, micro_batch_size, balance);
+  std::vector<std::vector<std::vector<uint64_t>>> samples(plan.size());
+  for (size_t r = 0; r < plan.size(); ++r)
+    for (const auto& micro : plan[r]) {
+      samples[r].emplace_back();
+      for (const int64_t offset : micro) samples[r].back().push_back(consumed_samples + uint64_t(offset));
+    }
+  return samples;
+}
+
+MicroBatch make_micro_batch(const data::Dataset& dataset, const std::vector<uint64_t>& samples, int64_t seq_len,
+                            c10::Device device, const BatchOptions& options) {
+  const int64_t count = seq_len + 1, micro_batch_size = int64_t(samples.size());
   std::vector<int32_t> tokens(size_t(micro_batch_size * count));
-  for (int64_t b = 0; b < micro_batch_size; ++b)
-    dataset.sample(first_sample + uint64_t(b), seq_len, tokens.data() + b * count);
+  for (int64_t b = 0; b < micro_batch_size; ++b) dataset.sample(samples[size_t(b)], seq_len, tokens.data() + b * count);
   const at::Tensor all =
       at::from_blob(tokens.data(), {micro_batch_size, count}, at::TensorOptions().dtype(at::kInt)).to(at::kLong);
   MicroBatch batch;
@@ -63,7 +95,7 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
     for (int64_t b = 0; b < micro_batch_size; ++b) {
       std::vector<int64_t> starts;
       if (!options.document_separator_token) {
-        auto found = dataset.document_starts(first_sample + uint64_t(b), seq_len);
+        auto found = dataset.document_starts(samples[size_t(b)], seq_len);
         if (!found) throw std::logic_error("document masking without a separator token needs a document index");
         starts = std::move(*found);
       }
@@ -84,6 +116,14 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample,
     batch.context.mtp_ahead = to_device(
         model::mtp_ahead(all.narrow(1, 0, seq_len), targets, options.mtp_depth, crossing_documents), device);
   return batch;
+}
+
+at::Tensor document_squares(const at::Tensor& documents) {
+  // Each sample's documents are numbered 0, 1, ...: their lengths are the counts of each number.
+  const int64_t t = documents.size(1);
+  const at::Tensor flat = (documents + at::arange(documents.size(0), documents.options()).unsqueeze(1) * t).reshape({-1});
+  const at::Tensor lengths = at::bincount(flat);
+  return (lengths * lengths).sum();
 }
 
 MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank) {

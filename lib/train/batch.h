@@ -7,6 +7,7 @@
 #include <c10/core/Device.h>
 
 #include <optional>
+#include <vector>
 
 #include "data/dataset.h"
 #include "model/token_context.h"
@@ -36,11 +37,28 @@ struct BatchOptions {
 uint64_t first_sample_of(uint64_t consumed_samples, int64_t dp_rank, int64_t accumulation_steps, int64_t micro,
                          int64_t micro_batch_size);
 
-// Samples first_sample .. + micro_batch_size - 1 as `options` say. Document masking without a
+// The global samples `samples` (in this order) as `options` say. Document masking without a
 // separator token needs the dataset's document index (std::logic_error otherwise: open_dataset
 // refuses such data first).
+MicroBatch make_micro_batch(const data::Dataset& dataset, const std::vector<uint64_t>& samples, int64_t seq_len,
+                            c10::Device device, const BatchOptions& options = {});
+// Samples first_sample .. + micro_batch_size - 1.
 MicroBatch make_micro_batch(const data::Dataset& dataset, uint64_t first_sample, int64_t micro_batch_size,
                             int64_t seq_len, c10::Device device, const BatchOptions& options = {});
+
+// Each data-parallel rank's micro-batches of the global batch that starts at sample
+// `consumed_samples`: [dp rank][micro-batch] -> global sample indices. Contiguous (first_sample_of),
+// or with `balance` (data.balance resolved, document masking) chosen by the samples' attention
+// work (data/batch_balance.h), which reads every sample's documents.
+std::vector<std::vector<std::vector<uint64_t>>> global_batch_samples(const data::Dataset& dataset,
+                                                                     uint64_t consumed_samples, int64_t dp,
+                                                                     int64_t accumulation, int64_t micro_batch_size,
+                                                                     int64_t seq_len, const BatchOptions& options,
+                                                                     bool balance);
+
+// Sum over the samples of the squares of their documents' lengths: documents int64 [B, T] (each
+// position's document, increasing along T) -> an int64 scalar on its device.
+at::Tensor document_squares(const at::Tensor& documents);
 
 // Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
 // zigzag.h), inputs, targets and the context alike (but the documents, which stay whole); the batch

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <optional>
 
 #include "core/plural.h"
 #include "estimate/hardware.h"
@@ -178,8 +179,18 @@ metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading
   m.lr = end.lr;
   m.grad_norm = reading.grad_norm;
   const int64_t global_tokens = mesh_.global_batch_size * r.training.seq_len;
+  // With document masking the model FLOPs count only the attention inside documents: the
+  // full-square attention term (12 L h d T per token, model_counts.h) scaled by the global batch's
+  // sum of squared document lengths over samples x T^2 (docs/estimator.md).
+  double flops_per_token = counts_.flops_per_token;
+  std::optional<double> attention_fraction;
+  if (f.document_squares.defined()) {
+    const double square = double(r.training.seq_len) * double(r.training.seq_len);
+    attention_fraction = f.document_squares.item<double>() / (double(mesh_.global_batch_size) * square);
+    flops_per_token = counts_.dense_flops_per_token + counts_.attention_flops_per_token * *attention_fraction;
+  }
   const auto throughput =
-      metrics::measure_throughput(global_tokens, seconds, counts_.flops_per_token, mesh_.world_size, peak_tflops_);
+      metrics::measure_throughput(global_tokens, seconds, flops_per_token, mesh_.world_size, peak_tflops_);
   m.tokens_per_s = throughput.tokens_per_s;
   m.tflops_per_device = throughput.tflops_per_device;
   m.mfu = throughput.mfu;
@@ -191,6 +202,7 @@ metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading
   if (r.model.moe) m.extra["aux_loss"] = reading.aux_loss;
   if (r.model.num_nextn_predict_layers > 0) m.extra["mtp_loss"] = reading.mtp_loss;
   if (floor_) m.extra["loss_floor"] = *floor_;
+  if (attention_fraction) m.extra["attention_work_fraction"] = *attention_fraction;
   m.extra["mem_predicted_bytes"] = int64_t(predicted_.peak_bytes);
   m.extra["step_time_predicted_s"] = predicted_.has_time ? nlohmann::json(predicted_.step_time_s) : nlohmann::json();
   if (f.chunk_seconds.defined()) {

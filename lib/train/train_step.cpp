@@ -35,12 +35,19 @@ void all_reduce_scalars(comm::Communicator& group, std::vector<at::Tensor*> valu
 
 std::vector<MicroBatch> TrainStep::load_micro_batches(int64_t consumed_samples, StepFigures& f) const {
   const int64_t accumulation = mesh_.grad_accum_steps, batch = recipe_.training.micro_batch_size;
+  const int64_t seq_len = recipe_.training.seq_len;
+  const BatchOptions options = BatchOptions::of(recipe_);
+  const auto plan = global_batch_samples(dataset_, uint64_t(consumed_samples), mesh_.dp, accumulation, batch, seq_len,
+                                         options, recipe_.data.balanced());
   std::vector<MicroBatch> batches;
   for (int64_t m = 0; m < accumulation; ++m) {
-    const uint64_t first = first_sample_of(uint64_t(consumed_samples), groups_.coordinates().dp, accumulation, m, batch);
-    batches.push_back(context_part(make_micro_batch(dataset_, first, batch, recipe_.training.seq_len, device_,
-                                                    BatchOptions::of(recipe_)),
-                                   mesh_.cp, groups_.coordinates().cp));
+    const MicroBatch whole = make_micro_batch(dataset_, plan[size_t(groups_.coordinates().dp)][size_t(m)], seq_len,
+                                              device_, options);
+    // The masked attention work of the global batch (MFU counts only it): each dp rank's
+    // documents once (cp ranks share them).
+    if (whole.context.documents.defined() && groups_.coordinates().cp == 0)
+      f.document_squares += document_squares(whole.context.documents).to(f.document_squares.scalar_type());
+    batches.push_back(context_part(whole, mesh_.cp, groups_.coordinates().cp));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
   return batches;
@@ -73,9 +80,13 @@ StepFigures TrainStep::compute_gradients(int64_t consumed_samples) {
   f.aux_sum = at::zeros({}, scalar);
   if (recipe_.model.num_nextn_predict_layers > 0) f.mtp_sum = at::zeros({}, scalar);
   f.real_tokens = at::zeros({}, scalar);
+  if (recipe_.data.document_masking) f.document_squares = at::zeros({}, scalar);
   const std::vector<MicroBatch> batches = load_micro_batches(consumed_samples, f);
   f.times.data_s = data.seconds();
-  all_reduce_scalars(dp, {&f.real_tokens});
+  if (f.document_squares.defined())
+    all_reduce_scalars(dp, {&f.real_tokens, &f.document_squares});
+  else
+    all_reduce_scalars(dp, {&f.real_tokens});
   // At least one, so that a batch whose targets are all ignored gives a zero loss, not NaN.
   const at::Tensor divisor = at::clamp_min(f.real_tokens, 1.0).to(at::kFloat);
 

@@ -26,6 +26,9 @@ struct StepFigures {
   at::Tensor aux_sum;      // MoE load-balancing losses summed over micro-batches and data-parallel ranks
   at::Tensor mtp_sum;      // multi-token prediction cross-entropy sums (all modules), like loss_sum; undefined without MTP
   at::Tensor real_tokens;  // targets in the loss
+  // data.document_masking: the sum over the global batch's samples of their documents' squared
+  // lengths (document_squares), the attention work MFU counts; undefined without masking.
+  at::Tensor document_squares;
   at::Tensor grad_norm;    // before clipping
   // On the CPU only (host time is meaningful there): [model chunks, 3] doubles, the seconds one
   // micro-batch spends in each chunk's forward, backward (zero-bubble: input gradient) and weight

@@ -275,6 +275,8 @@ TEST_CASE("rule: document masking - its keys need it - synthetic data needs a se
   expect_problem({"data.document_separator_token=2"}, std::nullopt,
                  {"data.document_separator_token=2", "data.document_masking=true"});
   expect_problem({"data.reset_positions=false"}, std::nullopt, {"data.reset_positions=false", "remove it"});
+  expect_problem({"data.balance=\"cost\""}, std::nullopt, {"data.balance=\"cost\"", "data.document_masking"});
+  CHECK(problems_of(with(masking, {"data.balance=\"none\""})).empty());
   expect_problem({"data.predict_across_documents=true"}, std::nullopt,
                  {"data.predict_across_documents=true", "remove it"});
   // With context parallelism (ring and Ulysses) and multi-token prediction too.

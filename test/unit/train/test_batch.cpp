@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "data/dataset.h"
@@ -67,4 +68,27 @@ TEST_CASE("batch: documents from a separator - positions restart - the crossing 
   const train::MicroBatch plain = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU));
   CHECK(!plain.context.documents.defined());
   CHECK(at::equal(plain.targets, at::tensor(std::vector<int64_t>{7, 8, 9, 0, 1, 2, 3}, at::kLong).view({1, 7})));
+}
+
+TEST_CASE("batch: the global batch's samples - contiguous - balanced by documents - document squares", "[train][documents]") {
+  const CountingDataset data;
+  train::BatchOptions options;
+  options.document_masking = true;
+  options.document_separator_token = 9;
+  // 7 inputs per sample: samples 4, 5, 6, 7 hold documents of 6+1, 5+2, 4+3 and 3+4 inputs, whose
+  // squares sum to 37, 29, 25 and 25. Longest first over 2 ranks of 2 samples: 37 -> rank 0,
+  // 29 -> rank 1, 25 (sample 6) -> rank 1 (less work), 25 (sample 7) -> rank 0 (rank 1 is full).
+  const auto contiguous = train::global_batch_samples(data, 4, 2, 2, 1, 7, options, false);
+  CHECK(contiguous[0] == std::vector<std::vector<uint64_t>>{{4}, {5}});
+  CHECK(contiguous[1] == std::vector<std::vector<uint64_t>>{{6}, {7}});
+  const auto balanced = train::global_batch_samples(data, 4, 2, 2, 1, 7, options, true);
+  CHECK(balanced[0] == std::vector<std::vector<uint64_t>>{{4}, {7}});
+  CHECK(balanced[1] == std::vector<std::vector<uint64_t>>{{5}, {6}});
+  // A micro-batch of non-contiguous samples holds those samples.
+  const train::MicroBatch mb = train::make_micro_batch(data, std::vector<uint64_t>{7, 4}, 7, c10::Device(c10::DeviceType::CPU), options);
+  CHECK(at::equal(mb.inputs[0], at::tensor(std::vector<int64_t>{7, 8, 9, 0, 1, 2, 3}, at::kLong)));
+  CHECK(at::equal(mb.inputs[1], at::tensor(std::vector<int64_t>{4, 5, 6, 7, 8, 9, 0}, at::kLong)));
+  CHECK(train::document_squares(mb.context.documents).item<int64_t>() == 25 + 37);
+  const at::Tensor documents = at::tensor(std::vector<int64_t>{0, 0, 0, 1, 1, 2, 0, 1, 1, 1, 1, 1}, at::kLong).view({2, 6});
+  CHECK(train::document_squares(documents).item<int64_t>() == 9 + 4 + 1 + 1 + 25);
 }
