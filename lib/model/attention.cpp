@@ -57,15 +57,12 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
                           int64_t window, const parallel::DocumentMask& document_mask) {
   if (cp.size > 1) {
     // Each rank holds a zigzag part of the sequence: the ring's blocks and Ulysses' gathered
-    // sequence build their masks from every position's document.
-    if (document_mask.same.defined())
-      throw std::logic_error("document masking under context parallelism takes the whole sequence's documents");
+    // sequence build their masks from every position's document (the whole sequence's ids).
     return cp.method == ContextParallel::Method::Ring
                ? parallel::ring_attention(q, k, v, *cp.group, window, document_mask.ids)
                : parallel::ulysses_attention(q, k, v, *cp.group, window, document_mask.ids);
   }
-  if (document_mask.ids.defined()) throw std::logic_error("document masking at cp 1 takes the sequence's mask");
-  return parallel::causal_sdpa(q, k, v, window, document_mask.same);
+  return parallel::causal_sdpa(q, k, v, window, document_mask);
 }
 
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -169,13 +169,12 @@ Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& input
     std::tie(tables.cos, tables.sin) = rotary_.cos_sin(positions, options_.dtype);
   }
   // Document masking: a query sees keys of its own document (causality is the attention core's).
-  // Under context parallelism the documents are the whole sequence's, from which ring and Ulysses
-  // attention build the masks of their blocks.
+  // The ids (under context parallelism the whole sequence's, from which ring and Ulysses attention
+  // build the masks of their blocks); at cp 1 on a GPU also the mask every layer shares (the CPU
+  // runs each document alone, causal_sdpa.h).
   if (context.documents.defined()) {
-    if (cp == 1)
-      tables.documents.same = parallel::same_document(context.documents);
-    else
-      tables.documents.ids = context.documents;
+    tables.documents.ids = context.documents;
+    if (cp == 1 && !inputs.device().is_cpu()) tables.documents.same = parallel::same_document(context.documents);
   }
   // MoE layers order their tokens by (position, sample), the same on every mesh; under sequence
   // parallelism this rank's rows are its tp part of the sequence.

@@ -84,7 +84,9 @@ MicroBatch make_micro_batch(const data::Dataset& dataset, const std::vector<uint
       at::from_blob(tokens.data(), {micro_batch_size, count}, at::TensorOptions().dtype(at::kInt)).to(at::kLong);
   MicroBatch batch;
   batch.inputs = to_device(all.narrow(1, 0, seq_len).contiguous(), device);
-  at::Tensor targets = all.narrow(1, 1, seq_len).contiguous();
+  // A copy, never a view of `all`: with one sample per micro-batch the narrowed rows are already
+  // contiguous, and masking the targets in place would write kIgnoreIndex into the inputs.
+  at::Tensor targets = all.narrow(1, 1, seq_len).clone();
   if (options.loss_mask_token) targets.masked_fill_(targets == *options.loss_mask_token, model::kIgnoreIndex);
   at::Tensor crossing_documents;  // [B, seq_len + 1] when targets across documents are left out
   if (options.document_masking) {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <vector>
+
 #include "parallel/context/attention_block.h"
 
 namespace trainer::parallel {
@@ -58,10 +60,34 @@ at::Tensor windowed_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return out.is_cuda() ? grad_in_layout_of(out) : out;
 }
 
-// Document masking (data.document_masking): ATen's attention with one boolean [b, 1, s, s] mask,
-// the document mask and the causal band (the window's, if any) together; every query keeps
-// itself, so no row is empty. It costs the whole s x s product per head, masked, and the mask's
-// b s^2 bytes; a variable-length kernel would compute only the documents' squares.
+// Document masking on the CPU: each sample's documents (runs of equal ids) attended alone, causal
+// with the window, and put back in sequence order: the work and the saved tensors of the
+// documents' squares, not of the whole s x s product.
+at::Tensor per_document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
+                             const at::Tensor& ids) {
+  const at::Tensor host = ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t b = q.size(0), s = q.size(2);
+  std::vector<at::Tensor> samples;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t* id = host.data_ptr<int64_t>() + i * s;
+    const auto sample = [i](const at::Tensor& x) { return x.narrow(0, i, 1); };
+    std::vector<at::Tensor> documents;
+    for (int64_t start = 0; start < s;) {
+      int64_t end = start + 1;
+      while (end < s && id[end] == id[start]) ++end;
+      const auto part = [&](const at::Tensor& x) { return sample(x).narrow(2, start, end - start); };
+      documents.push_back(causal_sdpa(part(q), part(k), part(v), window));
+      start = end;
+    }
+    samples.push_back(documents.size() == 1 ? documents[0] : at::cat(documents, 2));
+  }
+  return b == 1 ? samples[0] : at::cat(samples, 0);
+}
+
+// Document masking on CUDA: ATen's attention with one boolean [b, 1, s, s] mask, the document
+// mask and the causal band (the window's, if any) together; every query keeps itself, so no row
+// is empty. It costs the whole s x s product per head, masked, and the mask's b s^2 bytes; a
+// variable-length kernel would compute only the documents' squares.
 at::Tensor document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
                          const at::Tensor& document_mask) {
   const int64_t s = q.size(2);
@@ -75,8 +101,11 @@ at::Tensor document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Ten
 }  // namespace
 
 at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
-                       const at::Tensor& document_mask) {
-  if (document_mask.defined()) return document_sdpa(q, k, v, window, document_mask);
+                       const DocumentMask& documents) {
+  if (documents.defined()) {
+    if (q.device().is_cpu() && documents.ids.defined()) return per_document_sdpa(q, k, v, window, documents.ids);
+    return document_sdpa(q, k, v, window, documents.same.defined() ? documents.same : same_document(documents.ids));
+  }
   if (window > 0 && window < q.size(2)) return windowed_sdpa(q, k, v, window);
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,

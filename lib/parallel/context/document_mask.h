@@ -1,17 +1,19 @@
 #pragma once
 // Document masking (data.document_masking) as the attention paths take it: a query sees only keys
 // of its own document, besides causality and any sliding window. At cp 1 the layers share one
-// boolean mask over the sequence; under context parallelism each rank holds a zigzag part of the
-// sequence, so ring and Ulysses attention get every position's document over the whole sequence
-// and build the mask of each block they attend.
+// boolean mask over the sequence on a GPU, while the CPU attends each document alone; under context
+// parallelism each rank holds a zigzag part of the sequence, so ring and Ulysses attention get
+// every position's document over the whole sequence and build the mask of each block they attend.
 #include <ATen/core/Tensor.h>
 
 namespace trainer::parallel {
 
 struct DocumentMask {
-  // cp 1: bool [B, 1, T, T], true where query and key are in the same document.
+  // cp 1 on a GPU: bool [B, 1, T, T], true where query and key are in the same document, built
+  // once per micro-batch for every layer.
   at::Tensor same;
-  // cp > 1: int64 [B, T * cp], each position's document in its sample, the whole sequence in order.
+  // int64 [B, T * cp], each position's document in its sample (numbered from 0, increasing), the
+  // whole sequence in order.
   at::Tensor ids;
   bool defined() const { return same.defined() || ids.defined(); }
 };

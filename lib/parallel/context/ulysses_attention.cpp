@@ -89,8 +89,7 @@ at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at:
   const at::Tensor q_heads = sequence_to_heads(q, cp), k_heads = sequence_to_heads(k_all, cp),
                    v_heads = sequence_to_heads(v_all, cp);
   // The whole sequence, in order, and so is documents'.
-  const at::Tensor out =
-      causal_sdpa(q_heads, k_heads, v_heads, window, documents.defined() ? same_document(documents) : at::Tensor());
+  const at::Tensor out = causal_sdpa(q_heads, k_heads, v_heads, window, DocumentMask{at::Tensor(), documents});
   return heads_to_sequence(out, cp);
 }
 

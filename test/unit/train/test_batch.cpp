@@ -64,6 +64,13 @@ TEST_CASE("batch: documents from a separator - positions restart - the crossing 
   const train::MicroBatch ahead_across = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), mtp);
   CHECK(at::equal(ahead_across.context.mtp_ahead[1][0],
                   at::tensor(std::vector<int64_t>{8, 9, 0, 1, 2, 3, x}, at::kLong).view({1, 7})));
+  // One sample per micro-batch: leaving targets out does not touch the inputs they overlap.
+  train::BatchOptions masked_token;
+  masked_token.loss_mask_token = 9;
+  const train::MicroBatch one = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU), masked_token);
+  CHECK(at::equal(one.inputs, at::tensor(std::vector<int64_t>{6, 7, 8, 9, 0, 1, 2}, at::kLong).view({1, 7})));
+  CHECK(at::equal(one.targets, at::tensor(std::vector<int64_t>{7, 8, x, 0, 1, 2, 3}, at::kLong).view({1, 7})));
+  CHECK(at::equal(mb.inputs, at::tensor(std::vector<int64_t>{6, 7, 8, 9, 0, 1, 2}, at::kLong).view({1, 7})));
   // Without masking: no context, every target.
   const train::MicroBatch plain = train::make_micro_batch(data, 6, 1, 7, c10::Device(c10::DeviceType::CPU));
   CHECK(!plain.context.documents.defined());
