@@ -176,6 +176,46 @@ TEST_CASE("hf: a Llama made by transformers (rope_theta 50000 - tied embeddings 
   check_transformers_model("theta");
 }
 
+TEST_CASE("hf: document masking trains as transformers run document by document with positions from 0 (fp32 AdamW)",
+          "[hf][documents]") {
+  install_transformers();
+  TempDir dir;
+  const auto made = run_process({python(), source_dir() + "/test/e2e/hf_make_model.py", dir.path() + "/hf", "theta"}, 300);
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  // Documents of 1 to 30 tokens, each ending with token 0: several per 48-token window, some
+  // crossing windows, some of one token.
+  const auto written = run_process({python(), source_dir() + "/test/e2e/write_documents.py", dir.path() + "/docs", "5", "400"});
+  INFO(written.out << written.err);
+  REQUIRE(written.exit_code == 0);
+  const std::string hf = dir.path() + "/hf/new";
+  const std::string recipe = dir.write("recipe.json", R"({"model": {"hf_config": ")" + hf + R"("},
+    "training": {"seq_len": 48, "micro_batch_size": 2, "global_batch_size": 8, "steps": 4, "seed": 7, "dtype": "fp32"},
+    "optimizer": {"warmup_steps": 0, "lr": 1e-3},
+    "data": {"source": "tokens", "paths": [")" + dir.path() + R"(/docs"], "document_masking": true,
+             "document_separator_token": 0},
+    "logging": {"interval": 1, "metrics_file": ")" + dir.path() + R"(/run.jsonl"}})");
+  const auto started = run_process({trainer_binary(), "run", recipe, "--set", "model.init_from=" + hf}, 120, {"OMP_NUM_THREADS=1"});
+  INFO(started.out << started.err);
+  REQUIRE(started.exit_code == 0);
+  const auto resolved = run_process({trainer_binary(), "validate", recipe, "--json"});
+  REQUIRE(resolved.exit_code == 0);
+  dir.write("resolved.json", resolved.out);
+  // The samples of the 4 global batches (balanced packing regroups them, the loss is the same).
+  const auto samples = run_process({std::string(TRAINER_BINARY_DIR) + "/hf_logits_tool", recipe, "--hf", hf, "32",
+                                    dir.path() + "/samples.safetensors"},
+                                   120);
+  INFO(samples.out << samples.err);
+  REQUIRE(samples.exit_code == 0);
+  const auto trained = run_process({python(), source_dir() + "/test/e2e/hf_train_compare.py", hf,
+                                    dir.path() + "/samples.safetensors", dir.path() + "/resolved.json",
+                                    dir.path() + "/run.jsonl", "--separator=0"},
+                                   300);
+  INFO(trained.out << trained.err);
+  CHECK(trained.exit_code == 0);
+  WARN(trained.out);
+}
+
 TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling in both config layouts", "[hf]") {
   install_transformers();
   check_transformers_model("llama3");
