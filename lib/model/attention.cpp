@@ -54,20 +54,20 @@ Attention::Attention(ParameterSet& params, const std::string& prefix, const reci
 }
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window, const parallel::DocumentMask& document_mask) {
+                          int64_t window, const at::Tensor& documents) {
   if (cp.size > 1) {
     // Each rank holds a zigzag part of the sequence: the ring's blocks and Ulysses' gathered
     // sequence build their masks from every position's document (the whole sequence's ids).
     return cp.method == ContextParallel::Method::Ring
-               ? parallel::ring_attention(q, k, v, *cp.group, window, document_mask.ids)
-               : parallel::ulysses_attention(q, k, v, *cp.group, window, document_mask.ids);
+               ? parallel::ring_attention(q, k, v, *cp.group, window, documents)
+               : parallel::ulysses_attention(q, k, v, *cp.group, window, documents);
   }
-  return parallel::causal_sdpa(q, k, v, window, document_mask);
+  return parallel::causal_sdpa(q, k, v, window, documents);
 }
 
 at::Tensor Attention::core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const parallel::DocumentMask& document_mask) const {
-  return attention_core(q, k, v, cp_, window_, document_mask);
+                           const at::Tensor& documents) const {
+  return attention_core(q, k, v, cp_, window_, documents);
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const SequenceContext& seq, bool recompute_core,
@@ -101,8 +101,8 @@ at::Tensor Attention::forward(const at::Tensor& x, const SequenceContext& seq, b
   const at::Tensor v = qkv[2].view({t, b, local_kv_heads_, head_dim_}).permute({1, 2, 0, 3});
   // [b, heads, s, d] -> [s, b, heads * d] for the row-parallel o_proj (a view: SDPA's output
   // follows the query's layout).
-  auto core_out = [this, t, b, mask = seq.documents](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return core(q, k, v, mask).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
+  auto core_out = [this, t, b, documents = seq.documents](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return core(q, k, v, documents).permute({2, 0, 1, 3}).reshape({t, b, local_heads_ * head_dim_});
   };
   // Recomputed, the core's output is o_proj's input and nobody keeps it: the core runs again at
   // the start of the block's backward, for o_proj's weight gradient and its own backward.

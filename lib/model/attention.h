@@ -19,10 +19,10 @@ namespace trainer::model {
 
 // The causal attention core over this rank's part of the sequence: q [B, h, T, d], k and v
 // [B, kv, T, d] -> [B, h, T, d]; ring attention or Ulysses over the cp group when cp.size > 1.
-// `window`: sliding window in tokens, 0 for full causal attention. `document_mask`
-// (SequenceContext's documents, or undefined): keys outside the query's document are masked too.
+// `window`: sliding window in tokens, 0 for full causal attention.
+// `documents` (SequenceContext's, or undefined): keys outside the query's document are masked too.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const ContextParallel& cp,
-                          int64_t window, const parallel::DocumentMask& document_mask = {});
+                          int64_t window, const at::Tensor& documents = at::Tensor());
 
 class Attention {
  public:
@@ -42,7 +42,7 @@ class Attention {
   // The attention core alone: q [B, h, T, d], k and v [B, kv, T, d] -> [B, h, T, d] (T: this
   // rank's part of the sequence under context parallelism).
   at::Tensor core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const parallel::DocumentMask& document_mask = {}) const;
+                  const at::Tensor& documents = at::Tensor()) const;
 
  private:
   Linear q_proj_, k_proj_, v_proj_, o_proj_;

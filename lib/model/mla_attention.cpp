@@ -92,8 +92,8 @@ at::Tensor MlaAttention::forward(const at::Tensor& x, const SequenceContext& seq
   // layout for the kernels, and the projection's output is freed).
   value = v_dim_ < qk ? at::constant_pad_nd(value, {0, qk - v_dim_}) : value.contiguous();
   const at::Tensor q4 = query.permute({1, 2, 0, 3}), k4 = key.permute({1, 2, 0, 3}), v4 = value.permute({1, 2, 0, 3});
-  auto core_out = [this, t, b, mask = seq.documents](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    return attention_core(q, k, v, cp_, /*window=*/0, mask)
+  auto core_out = [this, t, b, documents = seq.documents](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return attention_core(q, k, v, cp_, /*window=*/0, documents)
         .narrow(-1, 0, v_dim_)
         .permute({2, 0, 1, 3})
         .reshape({t, b, local_heads_ * v_dim_});

@@ -4,8 +4,6 @@
 // order and, with document masking, which keys each query may see.
 #include <ATen/core/Tensor.h>
 
-#include "parallel/context/document_mask.h"
-
 namespace trainer::model {
 
 struct SequenceContext {
@@ -13,9 +11,9 @@ struct SequenceContext {
   // document (data.reset_positions).
   at::Tensor cos, sin;
   at::Tensor token_keys;  // the MoE layers' order of this rank's tokens (Moe::forward)
-  // data.document_masking: which keys each query may see besides causality and windows (the
-  // attention core's); undefined: one sequence per sample.
-  parallel::DocumentMask documents;
+  // data.document_masking: each position's document, int64 [B, T * cp] over the whole sequence
+  // (the attention core's, parallel/context/causal_sdpa.h); undefined: one sequence per sample.
+  at::Tensor documents;
 };
 
 }  // namespace trainer::model

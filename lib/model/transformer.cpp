@@ -168,14 +168,10 @@ Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& input
   } else {
     std::tie(tables.cos, tables.sin) = rotary_.cos_sin(positions, options_.dtype);
   }
-  // Document masking: a query sees keys of its own document (causality is the attention core's).
-  // The ids (under context parallelism the whole sequence's, from which ring and Ulysses attention
-  // build the masks of their blocks); at cp 1 on a GPU also the mask every layer shares (the CPU
-  // runs each document alone, causal_sdpa.h).
-  if (context.documents.defined()) {
-    tables.documents.ids = context.documents;
-    if (cp == 1 && !inputs.device().is_cpu()) tables.documents.same = parallel::same_document(context.documents);
-  }
+  // Document masking: a query sees keys of its own document (causality is the attention core's);
+  // under context parallelism the whole sequence's documents, from which ring and Ulysses build
+  // their masks.
+  tables.documents = context.documents;
   // MoE layers order their tokens by (position, sample), the same on every mesh; under sequence
   // parallelism this rank's rows are its tp part of the sequence.
   if (options_.config.moe) {

@@ -60,9 +60,10 @@ at::Tensor windowed_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return out.is_cuda() ? grad_in_layout_of(out) : out;
 }
 
-// Document masking on the CPU: each sample's documents (runs of equal ids) attended alone, causal
-// with the window, and put back in sequence order: the work and the saved tensors of the
-// documents' squares, not of the whole s x s product.
+// Document masking: each sample's documents (runs of equal ids) attended alone, causal with the
+// window, and put back in sequence order: the work and the saved tensors of the documents'
+// squares, not of the whole s x s product, for one kernel call per document (the ids come to the
+// host once per call).
 at::Tensor per_document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
                              const at::Tensor& ids) {
   const at::Tensor host = ids.to(at::kCPU, at::kLong).contiguous();
@@ -84,28 +85,11 @@ at::Tensor per_document_sdpa(const at::Tensor& q, const at::Tensor& k, const at:
   return b == 1 ? samples[0] : at::cat(samples, 0);
 }
 
-// Document masking on CUDA: ATen's attention with one boolean [b, 1, s, s] mask, the document
-// mask and the causal band (the window's, if any) together; every query keeps itself, so no row
-// is empty. It costs the whole s x s product per head, masked, and the mask's b s^2 bytes; a
-// variable-length kernel would compute only the documents' squares.
-at::Tensor document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
-                         const at::Tensor& document_mask) {
-  const int64_t s = q.size(2);
-  const at::Tensor band = band_mask({0, window > 0 && window < s ? window : s}, s, s, q.options()).eq(0);
-  const at::Tensor out = at::scaled_dot_product_attention(q, k, v, document_mask.logical_and(band),
-                                                          /*dropout_p=*/0.0, /*is_causal=*/false,
-                                                          /*scale=*/std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
-  return out.is_cuda() ? grad_in_layout_of(out) : out;
-}
-
 }  // namespace
 
 at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
-                       const DocumentMask& documents) {
-  if (documents.defined()) {
-    if (q.device().is_cpu() && documents.ids.defined()) return per_document_sdpa(q, k, v, window, documents.ids);
-    return document_sdpa(q, k, v, window, documents.same.defined() ? documents.same : same_document(documents.ids));
-  }
+                       const at::Tensor& documents) {
+  if (documents.defined()) return per_document_sdpa(q, k, v, window, documents);
   if (window > 0 && window < q.size(2)) return windowed_sdpa(q, k, v, window);
   const at::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true, /*scale=*/std::nullopt,

@@ -8,19 +8,18 @@
 // first when it differs (a copy; none in Attention's own layout).
 #include <ATen/core/Tensor.h>
 
-#include "parallel/context/document_mask.h"
-
 namespace trainer::parallel {
 
 // q [b, h, s, d], k and v [b, kv, s, d] (kv dividing h: grouped-query attention). `window` > 0
 // and shorter than s (model.sliding_window): each query attends itself and the window - 1 tokens
 // before it (on CUDA through the flash kernel's window when it takes the inputs, else a mask).
-// `documents` (data.document_masking): only keys of the query's document, too. On the CPU each
-// document runs alone (its ids, [b, s]): one causal attention per document, whose cost is the sum
-// of the documents' squares; on CUDA the boolean mask (`same`, built from the ids when absent)
-// over the whole s x s product.
+// `documents` (data.document_masking; int64 [b, s], each position's document, numbered from 0 in
+// each sample and increasing): only keys of the query's document, too. Each document runs alone,
+// one causal attention (with the window) per document: the work of the documents' squares, not
+// of the whole s x s product (ATen's variable-length flash path would take one call; it is not
+// wired: checking it needs a GPU).
 at::Tensor causal_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0,
-                       const DocumentMask& documents = {});
+                       const at::Tensor& documents = at::Tensor());
 
 // x itself in forward; in backward its gradient with x's strides (values unchanged).
 at::Tensor grad_in_layout_of(const at::Tensor& x);

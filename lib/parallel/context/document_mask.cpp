@@ -4,8 +4,6 @@
 
 namespace trainer::parallel {
 
-at::Tensor same_document(const at::Tensor& ids) { return (ids.unsqueeze(2) == ids.unsqueeze(1)).unsqueeze(1); }
-
 at::Tensor document_block_mask(const at::Tensor& ids, const at::Tensor& query_positions,
                                const at::Tensor& key_positions, int64_t window) {
   const at::Tensor query_documents = ids.index_select(1, query_positions), key_documents = ids.index_select(1, key_positions);

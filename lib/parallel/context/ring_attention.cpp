@@ -206,7 +206,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
                           int64_t window, const at::Tensor& documents) {
-  if (cp.size() == 1) return causal_sdpa(q, k, v, window, DocumentMask{at::Tensor(), documents});
+  if (cp.size() == 1) return causal_sdpa(q, k, v, window, documents);
   // A window as long as the whole sequence is plain causal attention.
   if (window >= q.size(2) * cp.size()) window = 0;
   if (documents.defined() && documents.size(1) != q.size(2) * cp.size())

@@ -22,7 +22,7 @@ namespace trainer::parallel {
 // (model.sliding_window): each query attends itself and the window - 1 tokens before it; the
 // (query chunk, key chunk) pairs wholly outside the window are skipped, the others run as bands
 // (attention_block.h). The blocks still travel the whole ring. `documents` (data.document_masking;
-// document_mask.h's ids, int64 [B, 2c * cp], the whole sequence's): each query sees only keys of
+// each position's document, int64 [B, 2c * cp], the whole sequence's): each query sees only keys of
 // its own document too; each block runs under its mask (attend_masked) and a block the mask
 // empties is skipped.
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,

@@ -9,7 +9,6 @@
 #include <stdexcept>
 
 #include "parallel/context/causal_sdpa.h"
-#include "parallel/context/document_mask.h"
 #include "parallel/context/zigzag.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -89,7 +88,7 @@ at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at:
   const at::Tensor q_heads = sequence_to_heads(q, cp), k_heads = sequence_to_heads(k_all, cp),
                    v_heads = sequence_to_heads(v_all, cp);
   // The whole sequence, in order, and so is documents'.
-  const at::Tensor out = causal_sdpa(q_heads, k_heads, v_heads, window, DocumentMask{at::Tensor(), documents});
+  const at::Tensor out = causal_sdpa(q_heads, k_heads, v_heads, window, documents);
   return heads_to_sequence(out, cp);
 }
 

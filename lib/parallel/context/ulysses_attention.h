@@ -14,8 +14,8 @@ namespace trainer::parallel {
 // q [B, h, L, d], k and v [B, kv, L, d]: this rank's zigzag part (L = T / cp tokens). h must be a
 // multiple of cp and of kv. Returns [B, h, L, d].
 // `window` > 0: sliding-window attention (causal_sdpa's) over the gathered whole sequence.
-// `documents` (data.document_masking; document_mask.h's ids, int64 [B, T], the whole sequence's):
-// each query sees only keys of its own document too (causal_sdpa's document mask).
+// `documents` (data.document_masking; each position's document, int64 [B, T], the whole sequence's):
+// each query sees only keys of its own document too (each document attended alone, causal_sdpa's).
 at::Tensor ulysses_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::Communicator& cp,
                              int64_t window = 0, const at::Tensor& documents = at::Tensor());
 
