@@ -63,6 +63,9 @@ void print_lengths(const nlohmann::json& d) {
   std::printf("  document lengths: %s documents, mean %.1f, p10 %s, median %s, p90 %s, p99 %s, max %s tokens\n",
               d["documents"].dump().c_str(), d["mean"].get<double>(), d["p10"].dump().c_str(), d["p50"].dump().c_str(),
               d["p90"].dump().c_str(), d["p99"].dump().c_str(), d["max"].dump().c_str());
+  std::printf("  for trainer estimate with document masking: data.document_length_median=%s "
+              "data.document_length_p99=%s\n",
+              d["p50"].dump().c_str(), d["p99"].dump().c_str());
   int64_t most = 1;
   for (const auto& b : d["histogram"]) most = std::max(most, b["documents"].get<int64_t>());
   for (const auto& b : d["histogram"]) {

@@ -40,6 +40,10 @@ struct RankShape {
   int64_t mtp_depth = 0;
   bool mtp_moe = false;
   bool mtp_window = false;  // the blocks attend through `window` (the last layer is windowed)
+  // data.document_masking: each document attended alone (causal_sdpa.cpp) at cp 1 and in
+  // Ulysses; with data.reset_positions the rotary tables hold a row per (position, sample).
+  bool documents = false;
+  bool positions_per_sample = false;
   // The sliding window of the layers being replayed (model.sliding_window), 0 for full causal
   // attention; set only when shorter than the whole sequence (training.seq_len).
   int64_t window = 0;

@@ -84,6 +84,11 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     TimeBreakdown tb;
     SegmentTime all = st.forward;
     all.add(st.backward);
+    // Document masking where each document runs alone (cp 1, Ulysses): the documents' share of
+    // the attention work, on the rank that has the most of it (ring attention computes its masked
+    // blocks whole: unchanged).
+    if (out.documents && (mesh.cp == 1 || job.shape.ulysses))
+      all.attention_s *= out.documents->attention_fraction * out.documents->imbalance;
     tb.gemm_s = all.gemm_s * double(m);
     tb.attention_s = all.attention_s * double(m);
     tb.memory_bound_s = all.memory_bound_s * double(m);
@@ -231,7 +236,8 @@ const MicroBatchModel& ModelCache::get(const RankShape& s) {
                                     int64_t(s.fused.grad_accumulation), s.etp, int64_t(s.attention_bias),
                                     int64_t(s.qk_norm), s.window, s.mla.q_lora, s.mla.kv_lora, s.mla.nope,
                                     s.mla.rope, s.mla.v, int64_t(s.mla.interleaved), int64_t(s.mla.scaled),
-                                    s.mtp_depth, int64_t(s.mtp_moe), int64_t(s.mtp_window)};
+                                    s.mtp_depth, int64_t(s.mtp_moe), int64_t(s.mtp_window), int64_t(s.documents),
+                                    int64_t(s.positions_per_sample)};
   auto it = models_.find(key);
   if (it == models_.end()) it = models_.emplace(key, model_micro_batch(s)).first;
   return it->second;
@@ -253,6 +259,12 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   out.counts = job.counts;
   out.tokens_per_step = double(mesh.global_batch_size) * double(recipe.training.seq_len);
   out.model_flops_per_step = job.counts.flops_per_token * out.tokens_per_step;
+  out.documents = document_work(recipe, mesh);
+  out.documents_unknown = recipe.data.document_masking && !out.documents;
+  if (out.documents)  // only the attention inside documents counts, as the runtime's MFU
+    out.model_flops_per_step =
+        (job.counts.dense_flops_per_token + job.counts.attention_flops_per_token * out.documents->attention_fraction) *
+        out.tokens_per_step;
 
   MemoryOptions memory;
   memory.schedule = recipe.parallel.pipeline_schedule;

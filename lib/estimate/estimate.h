@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "estimate/document_work.h"
 #include "estimate/hardware.h"
 #include "estimate/job_layout.h"
 #include "estimate/memory_model.h"
@@ -81,6 +82,10 @@ struct JobEstimate {
   double model_flops_per_step = 0;   // 6N + 12 L H Q T per token (model_counts.h), times tokens
   double tflops_per_gpu = 0;         // model TFLOP/s per GPU
   double mfu = 0;                    // tflops_per_gpu / the dense peak of the training dtype
+  // data.document_masking with a described length distribution: the attention work and balance
+  // the time and the model FLOPs above count (document_work.h).
+  std::optional<DocumentWork> documents;
+  bool documents_unknown = false;  // masking without a described distribution: full attention counted
 };
 
 // Replays of one micro-batch (model_micro_batch) by rank shape, for callers that estimate many

@@ -173,6 +173,8 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   // them apart from the full-attention layers).
   if (m.sliding_window && *m.sliding_window < t.seq_len) sh.window = *m.sliding_window;
   sh.mtp_window = sh.mtp_depth > 0 && sh.window > 0 && m.window_of(m.num_hidden_layers) > 0;
+  sh.documents = r.data.document_masking;
+  sh.positions_per_sample = r.data.document_masking && r.data.reset_positions;
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {

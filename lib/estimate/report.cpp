@@ -100,6 +100,13 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
   } else {
     a.push_back("CPU (trainer run --cpu): memory only; per-thread attention buffers counted for 1 thread");
   }
+  if (e.documents)
+    a.push_back("documents: attention time (cp 1, Ulysses) is the documents' share of full causal attention on the "
+                "rank with the most of it; each document's own kernel call is not counted; model FLOPs count only "
+                "the attention inside documents, as the runtime's MFU");
+  else if (e.documents_unknown)
+    a.push_back("documents: data.document_masking without data.document_length_median/p99: attention counted as "
+                "full causal attention (an upper bound)");
   if (e.counts.num_moe_layers > 0)
     a.push_back("MoE: peak_bytes assumes balanced routing (each expert gets its share of the rows); "
                 "peak_bytes_worst_routing sends every token of the expert-parallel group to one rank's experts");
@@ -179,6 +186,13 @@ json estimate_json(const JobEstimate& e, const ReportContext& c) {
   out["tflops_per_gpu"] = number_or_null(e.has_time, e.tflops_per_gpu);
   out["mfu"] = number_or_null(e.has_time, e.mfu);
   out["time"] = e.has_time ? json{{"fused_kernels", c.fused_kernels}, {"breakdown", time_json(e.time)}} : json(nullptr);
+  out["documents"] = e.documents ? json{{"median", e.documents->median},
+                                        {"p99", e.documents->p99},
+                                        {"attention_work_fraction", e.documents->attention_fraction},
+                                        {"max_over_mean_none", e.documents->imbalance_none},
+                                        {"max_over_mean_cost", e.documents->imbalance_cost},
+                                        {"global_batches_simulated", e.documents->global_batches}}
+                                  : json(nullptr);
   out["assumptions"] = estimate_assumptions(e, c);
   return out;
 }
@@ -228,6 +242,14 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
                      format_bytes(e.reserved_bytes), c.gpu->fragmentation, format_bytes(c.gpu->framework_overhead_bytes),
                      format_bytes(e.device_total_bytes), format_bytes(e.capacity_bytes),
                      e.fits ? "fits" : "DOES NOT FIT"));
+  if (e.documents) {
+    const auto& d = *e.documents;
+    line("");
+    line(fmt::format("documents (log-normal lengths, median {}, p99 {}): attention work {:.3f} of full causal "
+                     "attention; slowest rank's attention work over the mean {:.3f} with data.balance \"cost\", {:.3f} "
+                     "with \"none\" ({} global batches simulated)",
+                     d.median, d.p99, d.attention_fraction, d.imbalance_cost, d.imbalance_none, d.global_batches));
+  }
   if (e.has_time) {
     const auto& t = e.time;
     line("");

@@ -45,6 +45,9 @@ bool window_mask(Replay& r) {
   return r.s.window > 0 && (r.s.device == Device::Cpu || r.e == kF32) && (r.s.cp == 1 || r.s.ulysses);
 }
 
+// Document masking where each document runs alone (causal_sdpa.cpp): at cp 1 and in Ulysses.
+bool per_document(Replay& r) { return r.s.documents && (r.s.cp == 1 || r.s.ulysses); }
+
 // band_mask (attention_block.cpp): two boolean comparisons, then the mask in the model dtype.
 Id build_mask(Replay& r, int64_t rows, int64_t keys) {
   const Id comparisons = r.alloc(2 * rows * keys);
@@ -87,6 +90,13 @@ void ring_band_mask(Replay& r) {
   r.drop(build_mask(r, c, c));
 }
 
+// Ring attention with documents runs each block as written-out operations on its whole scores
+// (attend_masked, attention_block.cpp): `matrices` fp32 [b, heads, s, s] at a time, freed per block.
+void ring_document_scores(Replay& r, int64_t matrices) {
+  if (!r.s.documents || r.s.cp == 1 || r.s.ulysses) return;
+  r.drop(r.alloc(matrices * r.s.micro_batch * r.s.q_heads * r.s.seq * r.s.seq * kF32));
+}
+
 void cp_forward_comm(Replay& r) {
   if (r.s.cp <= 1) return;
   if (r.s.ulysses) {
@@ -102,8 +112,14 @@ void cp_forward_comm(Replay& r) {
 
 Id attention_core_forward(Replay& r, bool keep_lse, Id& lse, Id& mask) {
   const int64_t whole = r.s.seq * r.s.cp;  // Ulysses attends over the whole sequence
-  mask = window_mask(r) ? build_mask(r, whole, whole) : Timeline::kNone;
+  // Each document alone: their outputs, which their calls save, besides the concatenation the
+  // core returns (a window applies inside each document, no whole-sequence mask).
+  if (per_document(r))
+    mask = r.alloc(q_bytes(r));
+  else
+    mask = window_mask(r) ? build_mask(r, whole, whole) : Timeline::kNone;
   ring_band_mask(r);
+  ring_document_scores(r, 2);  // the scores, then the probabilities
   const Id out = r.alloc(q_bytes(r));
   lse = r.alloc(lse_bytes(r));
   r.t.costs().attention_flops += attention_flops_forward(r);
@@ -143,6 +159,9 @@ void attention_core_backward(Replay& r, Id g, const AttentionSaved& a, Id& dq, I
   r.t.costs().attention_flops += 2.5 * attention_flops_forward(r);  // flash backward ~ 2.5x forward
   r.t.costs().attention_calls += attention_calls(r);
   ring_band_mask(r);
+  ring_document_scores(r, 3);  // the probabilities, their gradient and the scores' gradient
+  // Each document's gradients, before the split's backward concatenates them into dq, dk, dv.
+  if (per_document(r)) r.drop(r.alloc(q_bytes(r) + 2 * kv_bytes(r)));
   if (r.s.device == Device::Cpu) {
     const int64_t qs = q_split(r), kvs = kv_split(r);
     int64_t ws = r.s.cpu_threads * 2 * qs * kvs * kF32;

@@ -46,15 +46,17 @@ Id rope_backward(Replay& r, Id g, int64_t bytes) {
 RotaryTables rotary_tables(Replay& r) {
   RotaryTables tables;
   const int64_t d = r.s.rotary_dim();
-  const Id positions = r.alloc(r.s.seq * kI64);
-  const Id posf = r.ew(r.s.seq * kF32);
-  const Id freqs = r.ew(r.s.seq * d / 2 * kF32);
+  // Positions restarting at each document: a row per (position, sample).
+  const int64_t rows = r.s.seq * (r.s.positions_per_sample ? r.s.micro_batch : 1);
+  const Id positions = r.alloc(rows * kI64);
+  const Id posf = r.ew(rows * kF32);
+  const Id freqs = r.ew(rows * d / 2 * kF32);
   r.drop(posf);
-  const Id emb = r.ew(r.s.seq * d * kF32);
-  tables.cos = r.ew(r.s.seq * d * kF32);
-  tables.sin = r.ew(r.s.seq * d * kF32);
+  const Id emb = r.ew(rows * d * kF32);
+  tables.cos = r.ew(rows * d * kF32);
+  tables.sin = r.ew(rows * d * kF32);
   if (r.e != kF32) {
-    const Id c = r.ew(r.s.seq * d * r.e), sn = r.ew(r.s.seq * d * r.e);
+    const Id c = r.ew(rows * d * r.e), sn = r.ew(rows * d * r.e);
     r.drop(tables.cos);
     r.drop(tables.sin);
     tables.cos = c;

@@ -554,6 +554,8 @@ struct DataConfig {
   bool predict_across_documents = false;  // with document_masking
   std::optional<int64_t> document_separator_token;
   DataBalance balance = DataBalance::Auto;
+  // The document-length distribution trainer estimate assumes (estimate/document_work.h).
+  std::optional<int64_t> document_length_median, document_length_p99;
   // data.balance resolved: cost with document masking unless "none".
   bool balanced() const {
     return balance == DataBalance::Cost || (balance == DataBalance::Auto && document_masking);
@@ -601,6 +603,14 @@ struct DataConfig {
         "resume; the global batch's samples, hence the loss, do not change (up to summation "
         "order). none: contiguous, as without masking. auto: cost with masking, else none. See "
         "[data.md](data.md#balanced-packing-databalance).");
+    t.key("document_length_median", &DataConfig::document_length_median, at_least(1),
+        "With `data.document_masking`, for `trainer estimate` and `trainer plan` only: the median "
+        "document length in tokens (`trainer data inspect --lengths` measures it); with "
+        "`data.document_length_p99` it describes a log-normal length distribution, from which the "
+        "estimator predicts the attention work and the ranks' balance. null: attention counted as "
+        "full causal attention.");
+    t.key("document_length_p99", &DataConfig::document_length_p99, at_least(1),
+        "With `data.document_length_median`: the 99th percentile of the document lengths, tokens.");
   }
 };
 

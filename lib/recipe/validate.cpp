@@ -381,6 +381,9 @@ class Checker {
       if (!d.reset_positions)
         add("data.reset_positions=false has no effect without data.document_masking=true (positions restart "
             "only with it); remove it");
+      if (d.document_length_median || d.document_length_p99)
+        add("data.document_length_median and data.document_length_p99 describe documents for document masking; "
+            "set data.document_masking=true or remove them");
       if (d.balance == DataBalance::Cost)
         add("data.balance=\"cost\" has no effect without data.document_masking=true (every sample costs the "
             "same then); remove it");
@@ -389,6 +392,13 @@ class Checker {
             "is predicted then); remove it");
       return;
     }
+    if (bool(d.document_length_median) != bool(d.document_length_p99))
+      add("data.document_length_median and data.document_length_p99 go together (a log-normal through both); "
+          "give both or neither");
+    else if (d.document_length_median && *d.document_length_p99 < *d.document_length_median)
+      add("data.document_length_p99={} is below data.document_length_median={}; the 99th percentile is at least "
+          "the median",
+          *d.document_length_p99, *d.document_length_median);
     if (d.source == DataSource::Synthetic && !d.document_separator_token)
       add("data.document_masking=true with data.source=\"synthetic\" needs data.document_separator_token: "
           "synthetic samples have no document index; name the token that ends a document");

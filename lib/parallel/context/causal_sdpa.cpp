@@ -63,24 +63,32 @@ at::Tensor windowed_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Ten
 // Document masking: each sample's documents (runs of equal ids) attended alone, causal with the
 // window, and put back in sequence order: the work and the saved tensors of the documents'
 // squares, not of the whole s x s product, for one kernel call per document (the ids come to the
-// host once per call).
+// host once per call). q, k and v are split, not narrowed: the gradient of a split is one
+// concatenation, where each narrowed slice's would be a zero-filled whole tensor.
 at::Tensor per_document_sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
                              const at::Tensor& ids) {
   const at::Tensor host = ids.to(at::kCPU, at::kLong).contiguous();
   const int64_t b = q.size(0), s = q.size(2);
+  const auto qs = q.split(1, 0), ks = k.split(1, 0), vs = v.split(1, 0);
   std::vector<at::Tensor> samples;
   for (int64_t i = 0; i < b; ++i) {
     const int64_t* id = host.data_ptr<int64_t>() + i * s;
-    const auto sample = [i](const at::Tensor& x) { return x.narrow(0, i, 1); };
-    std::vector<at::Tensor> documents;
+    std::vector<int64_t> lengths;
     for (int64_t start = 0; start < s;) {
       int64_t end = start + 1;
       while (end < s && id[end] == id[start]) ++end;
-      const auto part = [&](const at::Tensor& x) { return sample(x).narrow(2, start, end - start); };
-      documents.push_back(causal_sdpa(part(q), part(k), part(v), window));
+      lengths.push_back(end - start);
       start = end;
     }
-    samples.push_back(documents.size() == 1 ? documents[0] : at::cat(documents, 2));
+    if (lengths.size() == 1) {
+      samples.push_back(causal_sdpa(qs[size_t(i)], ks[size_t(i)], vs[size_t(i)], window));
+      continue;
+    }
+    const auto qd = qs[size_t(i)].split_with_sizes(lengths, 2), kd = ks[size_t(i)].split_with_sizes(lengths, 2),
+               vd = vs[size_t(i)].split_with_sizes(lengths, 2);
+    std::vector<at::Tensor> documents;
+    for (size_t d = 0; d < lengths.size(); ++d) documents.push_back(causal_sdpa(qd[d], kd[d], vd[d], window));
+    samples.push_back(at::cat(documents, 2));
   }
   return b == 1 ? samples[0] : at::cat(samples, 0);
 }

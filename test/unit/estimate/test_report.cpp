@@ -43,7 +43,8 @@ json estimate_doc(const std::string& recipe, const std::vector<std::string>& set
 
 const std::set<std::string> kTop = {"schema_version", "recipe", "device", "gpu", "world_size", "gpus_per_node", "mesh",
                                     "parallel", "model", "memory", "step_time_s", "tokens_per_step", "tokens_per_s",
-                                    "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "time", "assumptions"};
+                                    "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "time", "documents",
+                                    "assumptions"};
 const std::set<std::string> kMemory = {"predicted", "peak_bytes", "peak_bytes_worst_routing", "worst_stage",
                                        "peak_phase", "reserved_bytes", "device_total_bytes", "capacity_bytes", "fits",
                                        "fragmentation_factor", "framework_overhead_bytes", "stages"};
@@ -62,6 +63,32 @@ const std::set<std::string> kMesh = {"tp", "cp", "dp", "pp", "vpp", "ep", "etp",
                                      "micro_batch_size", "microbatches"};
 
 }  // namespace
+
+TEST_CASE("estimate with documents: the described lengths' attention work and balance in time and model FLOPs", "[estimate][documents]") {
+  const std::vector<std::string> masking = {"data.document_masking=true", "data.document_separator_token=0",
+                                            "training.seq_len=8192", "training.micro_batch_size=1",
+                                            "training.global_batch_size=64"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), masking.begin(), masking.end());
+    return estimate_doc("llama3.2-1b.json", extra, 8, false);
+  };
+  const auto unknown = with({});
+  CHECK(unknown["documents"].is_null());
+  const auto cost = with({"data.document_length_median=600", "data.document_length_p99=16000"});
+  const auto none = with({"data.document_length_median=600", "data.document_length_p99=16000", "data.balance=\"none\""});
+  REQUIRE(cost["documents"].is_object());
+  const double fraction = cost["documents"]["attention_work_fraction"];
+  CHECK(fraction > 0.3);
+  CHECK(fraction < 0.7);
+  CHECK(cost["documents"]["max_over_mean_cost"].get<double>() < 1.05);
+  CHECK(cost["documents"]["max_over_mean_none"].get<double>() > 1.1);
+  const double attention_full = unknown["time"]["breakdown"]["attention_s"], attention_cost = cost["time"]["breakdown"]["attention_s"],
+               attention_none = none["time"]["breakdown"]["attention_s"];
+  // The documents' share on the busiest rank: below full attention, more without balancing.
+  CHECK(attention_cost == Approx(attention_full * fraction * cost["documents"]["max_over_mean_cost"].get<double>()));
+  CHECK(attention_none > attention_cost);
+  CHECK(cost["step_time_s"].get<double>() < unknown["step_time_s"].get<double>());
+}
 
 TEST_CASE("estimate JSON: schema version 1 - every documented key - nothing else", "[estimate]") {
   const auto doc = estimate_doc("llama3-8b.json", {}, 16, false);

@@ -275,6 +275,13 @@ TEST_CASE("rule: document masking - its keys need it - synthetic data needs a se
   expect_problem({"data.document_separator_token=2"}, std::nullopt,
                  {"data.document_separator_token=2", "data.document_masking=true"});
   expect_problem({"data.reset_positions=false"}, std::nullopt, {"data.reset_positions=false", "remove it"});
+  expect_problem(with(masking, {"data.document_length_median=600"}), std::nullopt,
+                 {"data.document_length_median and data.document_length_p99 go together"});
+  expect_problem(with(masking, {"data.document_length_median=600", "data.document_length_p99=100"}), std::nullopt,
+                 {"data.document_length_p99=100 is below data.document_length_median=600"});
+  CHECK(problems_of(with(masking, {"data.document_length_median=600", "data.document_length_p99=16000"})).empty());
+  expect_problem({"data.document_length_median=600", "data.document_length_p99=16000"}, std::nullopt,
+                 {"set data.document_masking=true or remove them"});
   expect_problem({"data.balance=\"cost\""}, std::nullopt, {"data.balance=\"cost\"", "data.document_masking"});
   CHECK(problems_of(with(masking, {"data.balance=\"none\""})).empty());
   expect_problem({"data.predict_across_documents=true"}, std::nullopt,
