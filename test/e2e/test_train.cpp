@@ -183,6 +183,28 @@ TEST_CASE("train: missing token files exit 2 naming the file before training", "
   CHECK(r.out.find("step ") == std::string::npos);
 }
 
+TEST_CASE("train: document masking on data without boundaries or with a separator outside the vocabulary exits 2 naming the key",
+          "[train][documents]") {
+  TempDir dir;
+  // An llm.c shard (no document index) of 300 tokens.
+  std::string shard;
+  const auto put = [&shard](auto value) { shard.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
+  for (int i = 0; i < 256; ++i) put(int32_t(i == 0 ? 20240520 : i == 1 ? 1 : i == 2 ? 300 : 0));
+  for (int t = 0; t < 300; ++t) put(uint16_t(t % 200));
+  const std::string path = dir.write("shard_000.bin", shard);
+  const auto r = run(kTiny, {"data.source=tokens", "data.paths=[\"" + path + "\"]", "training.seq_len=32",
+                             "data.document_masking=true"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(path) != std::string::npos);
+  CHECK(r.err.find("data.document_separator_token") != std::string::npos);
+  CHECK(r.out.find("step ") == std::string::npos);
+  const auto outside = run(kTiny, {"data.document_masking=true", "data.document_separator_token=300"});
+  INFO(outside.out << outside.err);
+  CHECK(outside.exit_code == 2);
+  CHECK(outside.err.find("data.document_separator_token=300") != std::string::npos);
+}
+
 TEST_CASE("train: tiny-moe trains and reports its load-balancing loss", "[train]") {
   TempDir dir;
   const auto r = run(kTinyMoe, {"training.steps=20", "logging.interval=5", "logging.metrics_file=" + dir.path() + "/m.jsonl"});
