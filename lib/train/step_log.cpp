@@ -95,10 +95,19 @@ void StepLog::say(const std::string& line) const {
 
 void StepLog::print_opening(const data::Dataset& dataset, const std::string& optimizer_description) {
   const recipe::Recipe& r = recipe_;
-  say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {} | device: {} {} x {} | global batch "
+  // Document masking: where documents end, and whether the ranks' work is balanced.
+  std::string documents;
+  if (r.data.document_masking)
+    documents = fmt::format(
+        ", documents masked ({}{}{}, balance {})",
+        r.data.document_separator_token ? fmt::format("ending after token {}", *r.data.document_separator_token)
+                                        : std::string("from the document index"),
+        r.data.reset_positions ? ", positions restart" : "",
+        r.data.predict_across_documents ? ", predicting across them" : "", r.data.balanced() ? "cost" : "none");
+  say(fmt::format("model: {} parameters ({} active), {} FLOPs/token | data: {}{} | device: {} {} x {} | global batch "
                   "{} x {} tokens ({} of {} per rank) | {}",
                   metrics::format_count(double(counts_.total_params)), metrics::format_count(double(counts_.active_params)),
-                  metrics::format_count(counts_.flops_per_token), dataset.describe(), mesh_.world_size, device_name_,
+                  metrics::format_count(counts_.flops_per_token), dataset.describe(), documents, mesh_.world_size, device_name_,
                   r.training.dtype, mesh_.global_batch_size, r.training.seq_len,
                   count_of(mesh_.grad_accum_steps, "micro-batch", "micro-batches"), r.training.micro_batch_size,
                   optimizer_description));
