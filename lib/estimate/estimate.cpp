@@ -84,10 +84,10 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     TimeBreakdown tb;
     SegmentTime all = st.forward;
     all.add(st.backward);
-    // Document masking where each document runs alone (cp 1, Ulysses): the documents' share of
-    // the attention work, on the rank that has the most of it (ring attention computes its masked
-    // blocks whole: unchanged).
-    if (out.documents && (mesh.cp == 1 || job.shape.ulysses))
+    // Document masking: the documents' share of the attention work, on the data-parallel rank
+    // that has the most of it (each document runs alone at cp 1 and in Ulysses; ring attention
+    // runs its blocks' document pairs on a sequence whose zigzag parts balance them across cp).
+    if (out.documents)
       all.attention_s *= out.documents->attention_fraction * out.documents->imbalance;
     tb.gemm_s = all.gemm_s * double(m);
     tb.attention_s = all.attention_s * double(m);

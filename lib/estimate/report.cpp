@@ -101,9 +101,10 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
     a.push_back("CPU (trainer run --cpu): memory only; per-thread attention buffers counted for 1 thread");
   }
   if (e.documents)
-    a.push_back("documents: attention time (cp 1, Ulysses) is the documents' share of full causal attention on the "
-                "rank with the most of it; each document's own kernel call is not counted; model FLOPs count only "
-                "the attention inside documents, as the runtime's MFU");
+    a.push_back("documents: attention time is the documents' share of full causal attention on the rank with the "
+                "most of it (ring attention: cp ranks assumed balanced by the document layout); each document's own "
+                "kernel call is not counted; model FLOPs count only the attention inside documents, as the "
+                "runtime's MFU");
   else if (e.documents_unknown)
     a.push_back("documents: data.document_masking without data.document_length_median/p99: attention counted as "
                 "full causal attention (an upper bound)");

@@ -90,8 +90,10 @@ void ring_band_mask(Replay& r) {
   r.drop(build_mask(r, c, c));
 }
 
-// Ring attention with documents runs each block as written-out operations on its whole scores
-// (attend_masked, attention_block.cpp): `matrices` fp32 [b, heads, s, s] at a time, freed per block.
+// Ring attention with documents runs each block's pairs of runs of one document (ring_attention.cpp);
+// the pairs the flash kernel cannot take run as written-out operations on their scores
+// (attend_masked, attention_block.cpp). Counted as at most a whole block's: `matrices` fp32
+// [b, heads, s, s] at a time, freed per block (an upper bound; one document's pair is smaller).
 void ring_document_scores(Replay& r, int64_t matrices) {
   if (!r.s.documents || r.s.cp == 1 || r.s.ulysses) return;
   r.drop(r.alloc(matrices * r.s.micro_batch * r.s.q_heads * r.s.seq * r.s.seq * kF32));

@@ -9,9 +9,12 @@ namespace trainer::model {
 struct TokenContext {
   at::Tensor mtp_ahead;  // multi-token prediction's tokens and targets ahead (mtp.h), int64 [2, D, B, T]
   // data.document_masking: each position's document in its sample, int64 [B, T]; under context
-  // parallelism the whole sequence's, in order (not split: attention masks are built from it).
+  // parallelism the whole sequence's (not split: attention builds its masks from it), reordered
+  // for ring attention (parallel/context/document_layout.h).
   at::Tensor documents;
-  at::Tensor positions;  // data.reset_positions: each position's rotary position, int64 [B, T]
+  // data.reset_positions, or a sequence reordered for ring attention: each position's rotary
+  // position, int64 [B, T].
+  at::Tensor positions;
 };
 
 }  // namespace trainer::model

@@ -7,6 +7,7 @@
 
 #include "model/aux_loss_scaler.h"
 #include "model/recompute.h"
+#include "parallel/context/document_layout.h"
 #include "parallel/context/zigzag.h"
 #include "model/linear_cross_entropy.h"
 #include "parallel/tensor/communication.h"
@@ -176,9 +177,14 @@ Transformer::SequenceTables Transformer::sequence_tables(const at::Tensor& input
   // parallelism this rank's rows are its tp part of the sequence.
   if (options_.config.moe) {
     const int64_t tp = options_.tp.sp() ? options_.tp.size : 1, rows = t / tp;
-    const at::Tensor mine = positions.narrow(0, options_.tp.sp() ? options_.tp.rank * rows : 0, rows);
     const int64_t b = inputs.size(0);
-    tables.token_keys = (mine.unsqueeze(1) * b + at::arange(b, index_options).unsqueeze(0)).reshape({-1});
+    // The data's places of this rank's tokens, [B, t]: a sequence reordered for ring attention
+    // with documents (parallel/context/document_layout.h) keeps them in its documents' ids.
+    const at::Tensor places = cp > 1 && context.documents.defined()
+                                  ? parallel::document_order(context.documents).index_select(1, positions)
+                                  : positions.unsqueeze(0).expand({b, t});
+    const at::Tensor mine = places.narrow(1, options_.tp.sp() ? options_.tp.rank * rows : 0, rows);
+    tables.token_keys = (mine.t() * b + at::arange(b, index_options).unsqueeze(0)).reshape({-1});
   }
   return tables;
 }

@@ -10,6 +10,7 @@
 #include "data/documents.h"
 #include "model/mtp.h"
 #include "model/transformer.h"
+#include "parallel/context/document_layout.h"
 #include "parallel/context/zigzag.h"
 
 namespace trainer::train {
@@ -128,17 +129,38 @@ at::Tensor document_squares(const at::Tensor& documents) {
   return (lengths * lengths).sum();
 }
 
-MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank) {
+namespace {
+
+// The sequence (dim 1 of [B, T], dim 3 of mtp_ahead's [2, D, B, T]) in the order `layout` [B, T].
+at::Tensor reordered(const at::Tensor& x, const at::Tensor& layout) {
+  if (!x.defined()) return x;
+  if (x.dim() == 2) return x.gather(1, layout);
+  return x.gather(3, layout.view({1, 1, layout.size(0), layout.size(1)}).expand(x.sizes()));
+}
+
+}  // namespace
+
+MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank, bool reorder_documents) {
   if (cp == 1) return batch;
+  MicroBatch whole = batch;
+  if (reorder_documents && batch.context.documents.defined()) {
+    const at::Tensor layout = parallel::document_layout(batch.context.documents, cp);
+    whole.inputs = reordered(batch.inputs, layout);
+    whole.targets = reordered(batch.targets, layout);
+    whole.context.mtp_ahead = reordered(batch.context.mtp_ahead, layout);
+    whole.context.documents = reordered(batch.context.documents, layout);
+    // Without positions restarting per document the rotary positions are the data's places.
+    whole.context.positions = batch.context.positions.defined() ? reordered(batch.context.positions, layout) : layout;
+  }
   auto take = [cp, rank](const at::Tensor& x, int64_t dim) {
     return x.defined() ? parallel::zigzag_take(x, dim, cp, rank).contiguous() : at::Tensor();
   };
   MicroBatch part;
-  part.inputs = take(batch.inputs, 1);
-  part.targets = take(batch.targets, 1);
-  part.context.mtp_ahead = take(batch.context.mtp_ahead, 3);
-  part.context.documents = batch.context.documents;  // whole: the attention masks' (token_context.h)
-  part.context.positions = take(batch.context.positions, 1);
+  part.inputs = take(whole.inputs, 1);
+  part.targets = take(whole.targets, 1);
+  part.context.mtp_ahead = take(whole.context.mtp_ahead, 3);
+  part.context.documents = whole.context.documents;  // whole: the attention masks' (token_context.h)
+  part.context.positions = take(whole.context.positions, 1);
   return part;
 }
 

@@ -62,7 +62,11 @@ at::Tensor document_squares(const at::Tensor& documents);
 
 // Under context parallelism: cp rank `rank`'s zigzag part of every sequence (parallel/context/
 // zigzag.h), inputs, targets and the context alike (but the documents, which stay whole); the batch
-// itself for cp = 1.
-MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank);
+// itself for cp = 1. With `reorder_documents` (ring attention with document masking) each sample is
+// first reordered by parallel::document_layout so that the parts balance the documents' attention
+// work; the documents are reordered too, and the rotary positions, the data's places when they do
+// not restart per document. Every token keeps its target, so the loss is the same up to summation
+// order.
+MicroBatch context_part(const MicroBatch& batch, int64_t cp, int64_t rank, bool reorder_documents = false);
 
 }  // namespace trainer::train

@@ -31,7 +31,7 @@ EvaluationResult evaluate(const model::Transformer& model, const data::Dataset& 
                                              mesh.grad_accum_steps, m, batch);
       batches.push_back(context_part(
           make_micro_batch(held_out, first, batch, recipe.training.seq_len, device, BatchOptions::of(recipe)),
-          mesh.cp, groups.coordinates().cp));
+          mesh.cp, groups.coordinates().cp, recipe.parallel.cp_method == recipe::CpMethod::Ring));
       tokens += (batches.back().targets != model::kIgnoreIndex).sum();
     }
     auto forward = [&](int64_t m, int64_t c, const at::Tensor& input) {

@@ -47,7 +47,8 @@ std::vector<MicroBatch> TrainStep::load_micro_batches(int64_t consumed_samples, 
     // documents once (cp ranks share them).
     if (whole.context.documents.defined() && groups_.coordinates().cp == 0)
       f.document_squares += document_squares(whole.context.documents).to(f.document_squares.scalar_type());
-    batches.push_back(context_part(whole, mesh_.cp, groups_.coordinates().cp));
+    batches.push_back(context_part(whole, mesh_.cp, groups_.coordinates().cp,
+                                   recipe_.parallel.cp_method == recipe::CpMethod::Ring));
     f.real_tokens += (batches.back().targets != model::kIgnoreIndex).sum();
   }
   return batches;

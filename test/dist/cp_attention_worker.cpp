@@ -5,8 +5,9 @@
 // (and sliding-window attention, windows from 1 token to the sequence less one; and with document
 // masking, documents of 1 token, across chunk boundaries and nearly the whole sequence, with and
 // without a window) as the reference, and runs its zigzag part through ring or Ulysses attention;
-// the output and
-// the gradients of q, k and v must equal the reference's zigzag part. Prints the largest
+// the output and the gradients of q, k and v must equal the reference's zigzag part. Ring
+// attention with documents also runs on the sequence reordered by parallel::document_layout (as
+// training reorders it), against the reference reordered the same way. Prints the largest
 // differences relative to the largest reference value of the four tensors; exit 0 when they are within
 // the tolerance (fp32 1e-6, fp64 1e-12).
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel/context/document_layout.h"
 #include "parallel/context/ring_attention.h"
 #include "parallel/context/ulysses_attention.h"
 #include "parallel/context/zigzag.h"
@@ -58,13 +60,16 @@ int main(int argc, char** argv) {
     const at::Tensor ids = at::tensor(document_ids, at::kLong).view({batch, seq});
     struct Case {
       int64_t window;
-      bool documents;
+      bool documents, reordered;
     };
     std::vector<Case> cases;
     for (const int64_t window : {int64_t(0), int64_t(1), int64_t(2), int64_t(4), int64_t(7), seq - 1})
-      cases.push_back({window, false});
-    for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true});
-    for (const auto [window, documents] : cases) {
+      cases.push_back({window, false, false});
+    for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true, false});
+    if (ring)
+      for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true, true});
+    const at::Tensor layout = parallel::document_layout(ids, n);  // [B, T]
+    for (const auto [window, documents, reordered] : cases) {
       const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
                        v_all = v.clone().requires_grad_(true);
       at::Tensor full;
@@ -86,15 +91,19 @@ int main(int argc, char** argv) {
       }
       full.backward(grad);
 
-      auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(x, 2, n, r).contiguous(); };
+      // [B, heads, T, d] in the reordered sequence's order, when the case reorders.
+      auto order = [&](const at::Tensor& x) {
+        return reordered ? x.gather(2, layout.view({batch, 1, seq, 1}).expand(x.sizes())) : x;
+      };
+      auto part = [&](const at::Tensor& x) { return parallel::zigzag_take(order(x), 2, n, r).contiguous(); };
       const at::Tensor q_part = part(q).requires_grad_(true), k_part = part(k).requires_grad_(true),
                        v_part = part(v).requires_grad_(true);
-      const at::Tensor whole_ids = documents ? ids : at::Tensor();
+      const at::Tensor whole_ids = !documents ? at::Tensor() : reordered ? ids.gather(1, layout) : ids;
       const at::Tensor out = ring ? parallel::ring_attention(q_part, k_part, v_part, cp, window, whole_ids)
                                   : parallel::ulysses_attention(q_part, k_part, v_part, cp, window, whole_ids);
       out.backward(part(grad));
 
-      report += fmt::format(" window {}{}:", window, documents ? " documents" : "");
+      report += fmt::format(" window {}{}:", window, reordered ? " documents reordered" : documents ? " documents" : "");
       const std::vector<std::tuple<std::string, at::Tensor, at::Tensor>> compared = {
           {"out", out, part(full.detach())},
           {"dq", q_part.grad(), part(q_all.grad())},

@@ -424,12 +424,14 @@ TEST_CASE("dist: document masking reproduces the single-process loss curve under
                                 " --set data.document_separator_token=3";
   const std::string llama = trainer_binary() + " run " + kTiny + documents;
   // tiny-moe (routing over documents), and DeepSeek-V3-shaped with one MTP module whose
-  // targets ahead stop at document ends: latent attention through ring attention's masked blocks.
+  // targets ahead stop at document ends: latent attention through ring attention's document
+  // blocks, on sequences reordered for ring attention, with an expert capacity (it drops by score,
+  // ties by the data's place, which the reordered sequence's ids keep).
   const std::string moe = trainer_binary() + " run " + kTinyMoe + documents + " --set optimizer.lr=1e-3";
   const std::string deepseek =
       moe + " --set model.num_key_value_heads=4 --set 'model.mla={\"q_lora_rank\": 24, \"kv_lora_rank\": 20, "
             "\"qk_nope_head_dim\": 14, \"qk_rope_head_dim\": 6, \"v_head_dim\": 18}' --set 'model.moe.layers=[1]'"
-            " --set model.num_nextn_predict_layers=1";
+            " --set model.num_nextn_predict_layers=1 --set model.moe.capacity_factor=1.0";
   struct Case {
     std::string name, base;
     int nproc;

@@ -8,11 +8,12 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 #include "parallel/context/attention_block.h"
 #include "parallel/context/causal_sdpa.h"
-#include "parallel/context/document_mask.h"
+#include "parallel/context/document_layout.h"
 #include "parallel/context/zigzag.h"
 #include "parallel/tensor/group_handle.h"
 
@@ -76,13 +77,90 @@ std::vector<BandPair> band_pairs(int64_t step, int64_t rank, int64_t n, int64_t 
   return pairs;
 }
 
-// With document masking: which keys of step i's block (rank source's zigzag chunks) this rank's
-// queries see, from every position's document over the whole sequence.
-at::Tensor block_mask(const at::Tensor& documents, int64_t step, int64_t rank, int64_t n, int64_t window) {
-  const int64_t whole = documents.size(1), source = (rank - step + n) % n;
-  const auto options = documents.options();
-  return document_block_mask(documents, zigzag_positions(whole, n, rank, options),
-                             zigzag_positions(whole, n, source, options), window);
+// With document masking: the parts of step i's block that attend anything. Every position's
+// document and offset in it come from the whole sequence's ids (document_layout.h); this rank's
+// queries and the block's keys (rank source's zigzag part) fall into runs of one document, and only
+// pairs of runs of the same document are attended, each with the mask of which keys its queries
+// see (not in their future by offset, inside any window): work per document, not per block.
+struct Run {
+  int64_t document, start, length;
+};
+
+struct LocalDocuments {
+  std::vector<std::vector<Run>> runs;  // per sample
+  at::Tensor offsets;                  // int64 CPU [B, L]: each local position's offset in its document
+};
+
+LocalDocuments local_documents(const at::Tensor& ids, const at::Tensor& offsets, int64_t n, int64_t rank) {
+  const at::Tensor positions = zigzag_positions(ids.size(1), n, rank, ids.options());
+  const at::Tensor local = ids.index_select(1, positions).contiguous();
+  LocalDocuments result{{}, offsets.index_select(1, positions).contiguous()};
+  const int64_t length = local.size(1);
+  for (int64_t b = 0; b < local.size(0); ++b) {
+    const int64_t* row = local.data_ptr<int64_t>() + b * length;
+    std::vector<Run> runs;
+    for (int64_t i = 0; i < length; ++i)
+      if (i == 0 || row[i] != row[i - 1])
+        runs.push_back({row[i], i, 1});
+      else
+        ++runs.back().length;
+    result.runs.push_back(std::move(runs));
+  }
+  return result;
+}
+
+struct DocumentBlock {
+  enum class Kind { Masked, Full, Causal };  // Full: every query sees every key; Causal: a run with itself
+  int64_t sample, query_start, query_length, key_start, key_length;
+  Kind kind;
+  at::Tensor mask;  // Masked only: bool [1, 1, query_length, key_length] on the queries' device
+};
+
+std::vector<DocumentBlock> document_blocks(const LocalDocuments& queries, const LocalDocuments& keys, bool same_rank,
+                                           int64_t window, const at::Device& device) {
+  std::vector<DocumentBlock> blocks;
+  for (size_t b = 0; b < queries.runs.size(); ++b) {
+    std::unordered_map<int64_t, std::vector<const Run*>> key_runs;
+    for (const Run& run : keys.runs[b]) key_runs[run.document].push_back(&run);
+    for (const Run& q : queries.runs[b]) {
+      const auto found = key_runs.find(q.document);
+      if (found == key_runs.end()) continue;
+      for (const Run* k : found->second) {
+        DocumentBlock block{int64_t(b), q.start, q.length, k->start, k->length, DocumentBlock::Kind::Masked, {}};
+        if (window == 0 && same_rank && q.start == k->start) {
+          // Offsets increase along a run: the run against itself is plain causal attention.
+          block.kind = DocumentBlock::Kind::Causal;
+          blocks.push_back(block);
+          continue;
+        }
+        const at::Tensor distance = queries.offsets[int64_t(b)].narrow(0, q.start, q.length).unsqueeze(1) -
+                                    keys.offsets[int64_t(b)].narrow(0, k->start, k->length).unsqueeze(0);
+        at::Tensor mask = distance.ge(0);
+        if (window > 0) mask.logical_and_(distance.lt(window));
+        if (!mask.any().item<bool>()) continue;
+        if (window == 0 && mask.all().item<bool>())
+          block.kind = DocumentBlock::Kind::Full;
+        else
+          block.mask = mask.view({1, 1, q.length, k->length}).to(device);
+        blocks.push_back(std::move(block));
+      }
+    }
+  }
+  return blocks;
+}
+
+// Every rank's LocalDocuments for the ids [B, T] of the whole sequence.
+std::vector<LocalDocuments> all_local_documents(const at::Tensor& documents, int64_t n) {
+  const at::Tensor ids = documents.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor offsets = document_offsets(ids);
+  std::vector<LocalDocuments> all;
+  for (int64_t x = 0; x < n; ++x) all.push_back(local_documents(ids, offsets, n, x));
+  return all;
+}
+
+// The rows of `t` [B, heads, L, ...] of one document block's queries or keys.
+at::Tensor rows_of(const at::Tensor& t, int64_t sample, int64_t start, int64_t length) {
+  return t.narrow(0, sample, 1).narrow(2, start, length);
 }
 
 // The documents travel outside autograd's inputs (they have no gradient, and may be undefined).
@@ -98,6 +176,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const int64_t n = cp.size(), r = cp.rank(), c = q.size(2) / 2;
     const at::Tensor query_second = q.narrow(2, c, c);
     at::Tensor kv = at::stack({k, v});  // [2, B, kv, 2c, d]: one message per step
+    const std::vector<LocalDocuments> local = documents.defined() ? all_local_documents(documents, n) : std::vector<LocalDocuments>();
     at::Tensor out, lse;
     if (window > 0 || documents.defined()) {  // rows merge into zeros with a log-sum-exp of -inf
       out = at::zeros(q.sizes(), q.options().dtype(accumulation_type(q)));
@@ -108,8 +187,19 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       if (step + 1 < n) next.emplace(cp, kv, step);  // the next block travels while this one is attended
       const Part part = part_of(step, r, n);
       if (documents.defined()) {
-        const at::Tensor mask = block_mask(documents, step, r, n, window);
-        if (mask.any().item<bool>()) merge_block(out, lse, attend_masked(q, kv[0], kv[1], mask));
+        const int64_t source = (r - step + n) % n;
+        for (const DocumentBlock& d : document_blocks(local[size_t(r)], local[size_t(source)], step == 0, window,
+                                                      q.device())) {
+          const at::Tensor qd = rows_of(q, d.sample, d.query_start, d.query_length);
+          const at::Tensor kd = rows_of(kv[0], d.sample, d.key_start, d.key_length),
+                           vd = rows_of(kv[1], d.sample, d.key_start, d.key_length);
+          at::Tensor out_rows = rows_of(out, d.sample, d.query_start, d.query_length),
+                     lse_rows = rows_of(lse, d.sample, d.query_start, d.query_length);
+          merge_block(out_rows, lse_rows,
+                      d.kind == DocumentBlock::Kind::Masked
+                          ? attend_masked(qd, kd, vd, d.mask)
+                          : attend_block(qd, kd, vd, /*causal=*/d.kind == DocumentBlock::Kind::Causal));
+        }
       } else if (window > 0) {
         for (const BandPair& p : band_pairs(step, r, n, c, window)) {
           at::Tensor out_rows = out.narrow(2, p.query_chunk * c, p.rows), lse_rows = lse.narrow(2, p.query_chunk * c, p.rows);
@@ -152,6 +242,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto second = [c](const at::Tensor& t) { return t.narrow(2, c, c); };
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(accumulation_type(q)));
     at::Tensor kv = at::stack({k, v});
+    const std::vector<LocalDocuments> local = documents.defined() ? all_local_documents(documents, n) : std::vector<LocalDocuments>();
     std::optional<RingExchange> arriving_dkv;  // the dK/dV accumulated so far for the block arriving
     for (int64_t step = 0; step < n; ++step) {
       std::optional<RingExchange> next;
@@ -159,12 +250,20 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       at::Tensor dkv = at::zeros(kv.sizes(), kv.options().dtype(accumulation_type(q)));
       const Part part = part_of(step, r, n);
       if (documents.defined()) {
-        const at::Tensor mask = block_mask(documents, step, r, n, window);
-        if (mask.any().item<bool>()) {
-          const BlockGradients g = attend_masked_backward(grad_out, q, kv[0], kv[1], out, lse, mask);
-          dq.add_(g.dq);
-          dkv[0].add_(g.dk);
-          dkv[1].add_(g.dv);
+        const int64_t source = (r - step + n) % n;
+        for (const DocumentBlock& d : document_blocks(local[size_t(r)], local[size_t(source)], step == 0, window,
+                                                      q.device())) {
+          const auto query_rows = [&](const at::Tensor& t) { return rows_of(t, d.sample, d.query_start, d.query_length); };
+          const auto key_rows = [&](const at::Tensor& t) { return rows_of(t, d.sample, d.key_start, d.key_length); };
+          const BlockGradients g =
+              d.kind == DocumentBlock::Kind::Masked
+                  ? attend_masked_backward(query_rows(grad_out), query_rows(q), key_rows(kv[0]), key_rows(kv[1]),
+                                           query_rows(out), query_rows(lse), d.mask)
+                  : attend_block_backward(query_rows(grad_out), query_rows(q), key_rows(kv[0]), key_rows(kv[1]),
+                                          query_rows(out), query_rows(lse), d.kind == DocumentBlock::Kind::Causal);
+          query_rows(dq).add_(g.dq);
+          key_rows(dkv[0]).add_(g.dk);
+          key_rows(dkv[1]).add_(g.dv);
         }
       } else if (window > 0) {
         for (const BandPair& p : band_pairs(step, r, n, c, window)) {

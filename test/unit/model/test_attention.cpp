@@ -78,8 +78,8 @@ TEST_CASE("Attention::forward is o_proj of the core of rope(q_proj x) - rope(k_p
   const at::Tensor v = project("v_proj", kv);
   const at::Tensor core = naive_attention(q, k, v).transpose(1, 2).reshape({b, t, h * d});
   const at::Tensor ref = at::matmul(core, param(params, "model.layers.0.self_attn.o_proj.weight").t());
-  CHECK(max_relative_error(attention.forward(x_sbh, model::SequenceContext{cos, sin}, false).transpose(0, 1), ref) < 1e-12);
-  CHECK(max_relative_error(attention.forward(x_sbh, model::SequenceContext{cos, sin}, true).transpose(0, 1), ref) < 1e-12);
+  CHECK(max_relative_error(attention.forward(x_sbh, model::SequenceContext{cos, sin, {}, {}}, false).transpose(0, 1), ref) < 1e-12);
+  CHECK(max_relative_error(attention.forward(x_sbh, model::SequenceContext{cos, sin, {}, {}}, true).transpose(0, 1), ref) < 1e-12);
 }
 
 TEST_CASE("on a GPU the flash and cuDNN attention kernels agree in bf16 - outputs and gradients", "[model][cuda]") {
@@ -209,7 +209,7 @@ TEST_CASE("on a GPU the Attention layer in bf16 matches itself in fp32 on the ma
     auto [cos, sin] = rotary.cos_sin(at::arange(t, at::TensorOptions().dtype(at::kLong).device(at::kCUDA, 0)), dtype);
     const at::Tensor x = model_test::randn({t, b, config.hidden_size}, 4, dtype).to(at::kCUDA).requires_grad_(true);
     const at::Tensor dy = model_test::randn({t, b, config.hidden_size}, 5, dtype).to(at::kCUDA);
-    (attention.forward(x, model::SequenceContext{cos, sin}, false) * dy).sum().backward();
+    (attention.forward(x, model::SequenceContext{cos, sin, {}, {}}, false) * dy).sum().backward();
     context.setSDPUseFlash(flash), context.setSDPUseCuDNN(cudnn), context.setSDPUseMemEfficient(efficient),
         context.setSDPUseMath(math);
     auto grad = [&](const std::string& name) {

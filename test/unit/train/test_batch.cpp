@@ -52,6 +52,20 @@ TEST_CASE("batch: documents from a separator - positions restart - the crossing 
   CHECK(at::equal(part.inputs, at::tensor(std::vector<int64_t>{6, 7, 2, 3}, at::kLong).view({1, 4})));
   CHECK(at::equal(part.context.positions, at::tensor(std::vector<int64_t>{0, 1, 2, 3}, at::kLong).view({1, 4})));
   CHECK(at::equal(part.context.documents, even.context.documents));
+  // Ring attention with documents: the sample is reordered first (parallel::document_layout). Two
+  // documents of 4 tokens, longer than a chunk of 2: each is split zigzag by itself, so chunk j
+  // holds places j and 4 + j, and rank 0 (chunks 0 and 3) places 0, 4, 3, 7: every token with its
+  // own target, position and document; the documents reordered whole.
+  const train::MicroBatch ring = train::context_part(even, 2, 0, /*reorder_documents=*/true);
+  CHECK(at::equal(ring.inputs, at::tensor(std::vector<int64_t>{6, 0, 9, 3}, at::kLong).view({1, 4})));
+  CHECK(at::equal(ring.targets, at::tensor(std::vector<int64_t>{7, 1, 0, 4}, at::kLong).view({1, 4})));  // across documents
+  CHECK(at::equal(ring.context.positions, at::tensor(std::vector<int64_t>{0, 0, 3, 3}, at::kLong).view({1, 4})));
+  CHECK(at::equal(ring.context.documents, at::tensor(std::vector<int64_t>{0, 1, 0, 1, 0, 1, 0, 1}, at::kLong).view({1, 8})));
+  train::BatchOptions continuing = options;
+  continuing.reset_positions = false;  // the rotary positions are then the data's places
+  const train::MicroBatch places = train::context_part(
+      train::make_micro_batch(data, 6, 1, 8, c10::Device(c10::DeviceType::CPU), continuing), 2, 0, true);
+  CHECK(at::equal(places.context.positions, at::tensor(std::vector<int64_t>{0, 4, 3, 7}, at::kLong).view({1, 4})));
   // Multi-token prediction: module 1's target at i (token i + 2) is left out where it lies in
   // another document than i (positions 2 and 3), not only where the main target crosses.
   train::BatchOptions mtp = options;
