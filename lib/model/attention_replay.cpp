@@ -90,12 +90,12 @@ void ring_band_mask(Replay& r) {
   r.drop(build_mask(r, c, c));
 }
 
-// Ring attention with documents runs each block's pairs of runs of one document (ring_attention.cpp);
-// the pairs the flash kernel cannot take run as written-out operations on their scores
-// (attend_masked, attention_block.cpp). Counted as at most a whole block's: `matrices` fp32
-// [b, heads, s, s] at a time, freed per block (an upper bound; one document's pair is smaller).
+// Ring attention with documents runs each block's pairs of runs of one document (ring_attention.cpp):
+// through the flash kernel, but under a sliding window the pairs it cuts run as written-out
+// operations on their scores (attend_masked, attention_block.cpp). Counted as at most a whole
+// block's: `matrices` fp32 [b, heads, s, s] at a time, freed per block (an upper bound).
 void ring_document_scores(Replay& r, int64_t matrices) {
-  if (!r.s.documents || r.s.cp == 1 || r.s.ulysses) return;
+  if (!r.s.documents || r.s.cp == 1 || r.s.ulysses || r.s.window == 0) return;
   r.drop(r.alloc(matrices * r.s.micro_batch * r.s.q_heads * r.s.seq * r.s.seq * kF32));
 }
 

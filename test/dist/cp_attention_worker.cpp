@@ -65,9 +65,11 @@ int main(int argc, char** argv) {
     std::vector<Case> cases;
     for (const int64_t window : {int64_t(0), int64_t(1), int64_t(2), int64_t(4), int64_t(7), seq - 1})
       cases.push_back({window, false, false});
-    for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true, false});
+    // A window of 2 leaves some queries of a document's part no key in its part of another chunk
+    // (they attend only keys of their own part, merged after).
+    for (const int64_t window : {int64_t(0), int64_t(2), int64_t(4)}) cases.push_back({window, true, false});
     if (ring)
-      for (const int64_t window : {int64_t(0), int64_t(4)}) cases.push_back({window, true, true});
+      for (const int64_t window : {int64_t(0), int64_t(2), int64_t(4)}) cases.push_back({window, true, true});
     const at::Tensor layout = parallel::document_layout(ids, n);  // [B, T]
     for (const auto [window, documents, reordered] : cases) {
       const at::Tensor q_all = q.clone().requires_grad_(true), k_all = k.clone().requires_grad_(true),
@@ -117,7 +119,7 @@ int main(int argc, char** argv) {
         if (!actual.defined() || !actual.sizes().equals(expected.sizes()))
           throw std::runtime_error(name + ": missing or of the wrong shape");
         const double difference = (actual - expected).abs().max().item<double>() / scale;
-        worst = std::max(worst, difference);
+        if (!(difference <= worst)) worst = difference;  // NaN too
         report += fmt::format(" {} {:.3g}", name, difference);
       }
     }

@@ -197,7 +197,9 @@ BlockGradients attend_masked_backward(const at::Tensor& grad_out, const at::Tens
 void merge_block(at::Tensor& out, at::Tensor& lse, const BlockAttention& part) {
   const at::Tensor part_lse = part.lse.to(lse.scalar_type());
   const at::Tensor merged = at::logaddexp(lse, part_lse);
-  out.mul_(at::exp(lse - merged).unsqueeze(-1)).add_(part.out.to(out.scalar_type()) * at::exp(part_lse - merged).unsqueeze(-1));
+  // A row that has attended no key yet and none in this part either stays 0 with -inf (not NaN).
+  const at::Tensor base = at::where(at::isinf(merged), at::zeros_like(merged), merged);
+  out.mul_(at::exp(lse - base).unsqueeze(-1)).add_(part.out.to(out.scalar_type()) * at::exp(part_lse - base).unsqueeze(-1));
   lse.copy_(merged);
 }
 

@@ -64,7 +64,8 @@ BlockGradients attend_masked_backward(const at::Tensor& grad_out, const at::Tens
                                       const at::Tensor& mask);
 
 // Adds a block's result into running (out, lse) accumulators (fp32 or fp64) for the same rows:
-// out = out * e^(lse - new) + part * e^(part_lse - new), new = log(e^lse + e^part_lse).
+// out = out * e^(lse - new) + part * e^(part_lse - new), new = log(e^lse + e^part_lse); a row
+// with lse -inf in both (no key attended yet) stays out 0, lse -inf.
 void merge_block(at::Tensor& out, at::Tensor& lse, const BlockAttention& part);
 
 }  // namespace trainer::parallel

@@ -79,9 +79,10 @@ std::vector<BandPair> band_pairs(int64_t step, int64_t rank, int64_t n, int64_t 
 
 // With document masking: the parts of step i's block that attend anything. Every position's
 // document and offset in it come from the whole sequence's ids (document_layout.h); this rank's
-// queries and the block's keys (rank source's zigzag part) fall into runs of one document, and only
-// pairs of runs of the same document are attended, each with the mask of which keys its queries
-// see (not in their future by offset, inside any window): work per document, not per block.
+// queries and the block's keys (rank source's zigzag part) fall into runs of one document inside
+// one chunk, and only pairs of runs of the same document are attended, each with the mask of
+// which keys its queries see (not in their future by offset, inside any window): work per
+// document, not per block.
 struct Run {
   int64_t document, start, length;
 };
@@ -99,8 +100,11 @@ LocalDocuments local_documents(const at::Tensor& ids, const at::Tensor& offsets,
   for (int64_t b = 0; b < local.size(0); ++b) {
     const int64_t* row = local.data_ptr<int64_t>() + b * length;
     std::vector<Run> runs;
+    // Runs break between the two zigzag chunks too: a document's part of one chunk all comes
+    // before or after its part of another (document_layout.h), so without a window every pair
+    // of runs is a run with itself (causal) or wholly visible, and the flash kernel takes it.
     for (int64_t i = 0; i < length; ++i)
-      if (i == 0 || row[i] != row[i - 1])
+      if (i == 0 || i == length / 2 || row[i] != row[i - 1])
         runs.push_back({row[i], i, 1});
       else
         ++runs.back().length;
@@ -133,15 +137,21 @@ std::vector<DocumentBlock> document_blocks(const LocalDocuments& queries, const 
           blocks.push_back(block);
           continue;
         }
-        const at::Tensor distance = queries.offsets[int64_t(b)].narrow(0, q.start, q.length).unsqueeze(1) -
-                                    keys.offsets[int64_t(b)].narrow(0, k->start, k->length).unsqueeze(0);
-        at::Tensor mask = distance.ge(0);
-        if (window > 0) mask.logical_and_(distance.lt(window));
-        if (!mask.any().item<bool>()) continue;
-        if (window == 0 && mask.all().item<bool>())
+        // Offsets rise by one along a run: its first and last bound every distance.
+        const at::Tensor& query_offsets = queries.offsets[int64_t(b)];
+        const at::Tensor& key_offsets = keys.offsets[int64_t(b)];
+        const int64_t q_first = query_offsets[q.start].item<int64_t>(), k_first = key_offsets[k->start].item<int64_t>();
+        const int64_t nearest = q_first + q.length - 1 - k_first, farthest = q_first - (k_first + k->length - 1);
+        if (nearest < 0 || (window > 0 && farthest >= window)) continue;  // every key in the future, or out of the window
+        if (farthest >= 0 && (window == 0 || nearest < window)) {
           block.kind = DocumentBlock::Kind::Full;
-        else
+        } else {
+          const at::Tensor distance = query_offsets.narrow(0, q.start, q.length).unsqueeze(1) -
+                                      key_offsets.narrow(0, k->start, k->length).unsqueeze(0);
+          at::Tensor mask = distance.ge(0);
+          if (window > 0) mask.logical_and_(distance.lt(window));
           block.mask = mask.view({1, 1, q.length, k->length}).to(device);
+        }
         blocks.push_back(std::move(block));
       }
     }
