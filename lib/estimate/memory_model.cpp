@@ -97,10 +97,9 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   // The gradient buffers (engine/grad_buckets.h): fp32 unless grad_reduce_dtype is bf16.
   sm.gradients = options.grad_bytes * sharded(2);
   // AdamW (optim/adamw.cpp): exp_avg and exp_avg_sq in fp32, plus fp32 master weights when
-  // training in bf16. With ZeRO and data parallelism the distributed optimizer
-  // (engine/zero/distributed_optimizer.cpp) keeps all three for its shard whatever the dtype.
-  const bool sharded_optimizer = zero >= 1 && data_parallel;
-  const double state_bytes = sharded_optimizer || e != 4 ? 12 : 8;
+  // training in bf16 (fp32 parameters are their own master weights, also in the distributed
+  // optimizer of ZeRO, engine/zero/distributed_optimizer.cpp, which keeps the states of its shard).
+  const double state_bytes = e != 4 ? 12 : 8;
   sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
   const double largest_tensor =
       double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));

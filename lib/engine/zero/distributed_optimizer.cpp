@@ -15,6 +15,12 @@ namespace trainer::engine {
 namespace {
 // Checkpoint names of the three shard buffers, indexed like DistributedOptimizer's Buffer.
 constexpr const char* kStateNames[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+// The master shard of fp32 parameters is the parameters' own storage: nothing to copy then.
+void copy_unless_same(const at::Tensor& to, const at::Tensor& from) {
+  if (to.data_ptr() == from.data_ptr() && to.sizes() == from.sizes() && to.strides() == from.strides()) return;
+  to.copy_(from);
+}
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params,
@@ -40,7 +46,9 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
     auto& bucket = all[b];
     const int64_t lo = GradBuckets::shard_begin(bucket), n = GradBuckets::shard_numel(bucket), hi = lo + n;
     const at::Tensor mine = bucket.shard_values.defined() ? bucket.shard_values : bucket.values.narrow(0, lo, n);
-    const at::Tensor master = mine.to(at::kFloat).clone();
+    // fp32 parameters are their own master weights: the update writes this rank's shard of the
+    // parameter storage in place, with no second fp32 copy of it.
+    const at::Tensor master = mine.scalar_type() == at::kFloat ? mine : mine.to(at::kFloat);
     shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
     for (size_t i = 0; i < bucket.params.size(); ++i) {
       const int64_t begin = bucket.offsets[i], end = begin + params_[bucket.params[i]].tensor.numel();
@@ -56,6 +64,9 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
 void DistributedOptimizer::step(double lr) {
   at::NoGradGuard no_grad;
   auto& all = buckets_.buckets();
+  // Gathers a forward did not need end first: with fp32 parameters the update writes the storage
+  // they gather into.
+  for (size_t b = 0; b < all.size(); ++b) gather_wait_s_ += finish_gather(b);
   for (const bool decay : {true, false}) {
     std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
     for (size_t f = 0; f < fragments_.size(); ++f) {
@@ -76,8 +87,9 @@ void DistributedOptimizer::step(double lr) {
   }
   if (zero3_gathers_) {
     // ZeRO-3: the next forward gathers each unit from the updated shards.
-    for (size_t b = 0; b < all.size(); ++b) zero3_gathers_->shard(b).copy_(shards_[b][kMaster]);
+    for (size_t b = 0; b < all.size(); ++b) copy_unless_same(zero3_gathers_->shard(b), shards_[b][kMaster]);
     last_gather_wait_s_ = zero3_gathers_->take_wait_s();
+    gather_wait_s_ = 0;
     ++steps_taken_;
     return;
   }
@@ -85,13 +97,12 @@ void DistributedOptimizer::step(double lr) {
   // parameters in reverse order (as backward produces gradients): gathering them last bucket first
   // brings the first layers' parameters first, as the next forward needs them (the same order on
   // every rank of a group).
-  for (size_t b = 0; b < all.size(); ++b) gather_wait_s_ += finish_gather(b);  // any forward did not need
   last_gather_wait_s_ = gather_wait_s_;
   gather_wait_s_ = 0;
   for (size_t b = all.size(); b-- > 0;) {
     auto& bucket = all[b];
     at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
-    mine.copy_(shards_[b][kMaster]);
+    copy_unless_same(mine, shards_[b][kMaster]);
     gathers_[b] = bucket.comm->all_gather(bucket.values, mine);  // in place: no copy of the shard
   }
   if (!overlap_gather_)
@@ -125,9 +136,10 @@ void DistributedOptimizer::refresh_master_weights() {
   at::NoGradGuard no_grad;
   auto& all = buckets_.buckets();
   for (size_t b = 0; b < all.size(); ++b)
-    shards_[b][kMaster].copy_(all[b].shard_values.defined()
-                                  ? all[b].shard_values
-                                  : all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
+    copy_unless_same(shards_[b][kMaster],
+                     all[b].shard_values.defined()
+                         ? all[b].shard_values
+                         : all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
 }
 
 void DistributedOptimizer::add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
@@ -199,12 +211,13 @@ void DistributedOptimizer::load_state(const StateReader& read) {
       const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.real_sizes());
       if (!stored && k == kMaster && zero3_gathers_) {  // ZeRO-3: the parameters' shard (loaded before)
         const auto& values = buckets_.buckets()[fr.bucket].shard_values;
-        shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(values.narrow(0, fr.shard_offset, length));
+        copy_unless_same(shards_[fr.bucket][k].narrow(0, fr.shard_offset, length), values.narrow(0, fr.shard_offset, length));
         continue;
       }
       const at::Tensor source = stored ? *stored : (k == kMaster ? p.real_part(p.tensor.detach()) : at::Tensor());
       if (!source.defined()) continue;
-      shards_[fr.bucket][k].narrow(0, fr.shard_offset, length).copy_(source.reshape({-1}).narrow(0, fr.param_offset, length));
+      copy_unless_same(shards_[fr.bucket][k].narrow(0, fr.shard_offset, length),
+                       source.reshape({-1}).narrow(0, fr.param_offset, length));
     }
     if (const auto step = read("optimizer.step." + p.name, {}, {})) steps_[f].copy_(*step);
   }

@@ -1,6 +1,7 @@
 #pragma once
 // ZeRO-1 (Megatron's distributed optimizer): fp32 master weights and Adam moments exist only for
-// this rank's shard of every gradient bucket (sharded over the bucket's reduction group). After
+// this rank's shard of every gradient bucket (sharded over the bucket's reduction group); fp32
+// parameters are their own master weights (the update writes their shard in place). After
 // the buckets' reduce-scatter, each rank updates its shard with the fused AdamW kernel and the
 // updated parameters are all-gathered. The gradient norm and clipping are the buckets' (over the
 // shards, each unique element counted once), so they match the unsharded optimizer.
@@ -106,7 +107,8 @@ class DistributedOptimizer {
   double last_gather_wait_s_ = 0;
   recipe::OptimizerConfig config_;
   std::vector<Fragment> fragments_;
-  std::vector<std::array<at::Tensor, 3>> shards_;  // per bucket: fp32 master, exp_avg, exp_avg_sq
+  // Per bucket: fp32 master (fp32 parameters: their shard of the storage itself), exp_avg, exp_avg_sq.
+  std::vector<std::array<at::Tensor, 3>> shards_;
   std::vector<at::Tensor> steps_;                  // per fragment (the fused kernel wants one per tensor)
   int64_t steps_taken_ = 0;
 };
