@@ -174,14 +174,18 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   if (m.sliding_window && *m.sliding_window < t.seq_len) sh.window = *m.sliding_window;
   sh.mtp_window = sh.mtp_depth > 0 && sh.window > 0 && m.window_of(m.num_hidden_layers) > 0;
   sh.documents = r.data.document_masking;
-  sh.positions_per_sample = r.data.document_masking && r.data.reset_positions;
+  // Rotary rows per (position, sample): positions restarting per document, or a sequence
+  // reordered for ring attention (train/batch.h context_part), whose positions are the data's.
+  sh.positions_per_sample =
+      r.data.document_masking && (r.data.reset_positions || (p.cp > 1 && p.cp_method == recipe::CpMethod::Ring));
   sh.recompute = t.recompute;
   sh.device = device;
   if (device == Device::Gpu) {
     using K = recipe::FusedKernel;
     const auto& k = t.fused_kernels;
     sh.fused.rms_norm = recipe::contains(k, K::RmsNorm);
-    sh.fused.rope = recipe::contains(k, K::Rope);
+    // The rope kernel takes positions shared by the batch: per-sample positions run unfused.
+    sh.fused.rope = recipe::contains(k, K::Rope) && !sh.positions_per_sample;
     sh.fused.swiglu = recipe::contains(k, K::Swiglu);
     sh.fused.cross_entropy = recipe::contains(k, K::CrossEntropy);
     // The GEMM accumulates into fp32 gradients only (bf16 ones take the product and an add).

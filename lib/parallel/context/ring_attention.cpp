@@ -131,19 +131,20 @@ std::vector<DocumentBlock> document_blocks(const LocalDocuments& queries, const 
       if (found == key_runs.end()) continue;
       for (const Run* k : found->second) {
         DocumentBlock block{int64_t(b), q.start, q.length, k->start, k->length, DocumentBlock::Kind::Masked, {}};
-        if (window == 0 && same_rank && q.start == k->start) {
-          // Offsets increase along a run: the run against itself is plain causal attention.
+        if (same_rank && q.start == k->start && (window == 0 || q.length <= window)) {
+          // Offsets rise by one along a run: the run against itself is plain causal attention
+          // (inside any window it fits).
           block.kind = DocumentBlock::Kind::Causal;
           blocks.push_back(block);
           continue;
         }
-        // Offsets rise by one along a run: its first and last bound every distance.
+        // Offsets rise by one along a run: its first and last bound every query-key distance.
         const at::Tensor& query_offsets = queries.offsets[int64_t(b)];
         const at::Tensor& key_offsets = keys.offsets[int64_t(b)];
         const int64_t q_first = query_offsets[q.start].item<int64_t>(), k_first = key_offsets[k->start].item<int64_t>();
-        const int64_t nearest = q_first + q.length - 1 - k_first, farthest = q_first - (k_first + k->length - 1);
-        if (nearest < 0 || (window > 0 && farthest >= window)) continue;  // every key in the future, or out of the window
-        if (farthest >= 0 && (window == 0 || nearest < window)) {
+        const int64_t largest = q_first + q.length - 1 - k_first, smallest = q_first - (k_first + k->length - 1);
+        if (largest < 0 || (window > 0 && smallest >= window)) continue;  // every key in the future, or out of the window
+        if (smallest >= 0 && (window == 0 || largest < window)) {
           block.kind = DocumentBlock::Kind::Full;
         } else {
           const at::Tensor distance = query_offsets.narrow(0, q.start, q.length).unsqueeze(1) -
