@@ -332,13 +332,16 @@ TEST_CASE("stop: SIGHUP - an abort or a crash still removes the checkpoint direc
   for (const auto& [signal, status] : std::vector<std::pair<std::string, int>>{{"HUP", 129}, {"ABRT", 134}, {"SEGV", 139}}) {
     INFO("SIG" << signal);
     const std::string ck = d + "/ck-" + signal;
+    // One output file per run: with a shared one the wait could see the previous run's step lines
+    // before the new process truncates it, and look for the claim too early.
+    const std::string out = d + "/out-" + signal, err = d + "/err-" + signal;
     // No core file: a machine whose core_pattern pipes cores to a collector would spend seconds on one.
     const auto r = bash("ulimit -c 0\n" + trainer_binary() + " run " + kTiny +
                         " --set training.steps=100000 --set logging.interval=1" +
-                        " --set checkpoint.dir=" + ck + " > " + d + "/out 2> " + d + "/err & P=$!\n" +
-                        wait_for(d + "/out", "^step ") + "test -f " + ck + "/.claim.json && echo claimed\n"
+                        " --set checkpoint.dir=" + ck + " > " + out + " 2> " + err + " & P=$!\n" +
+                        wait_for(out, "^step ") + "test -f " + ck + "/.claim.json && echo claimed\n"
                         "kill -" + signal + " $P; wait $P; echo \"exit $?\"\n");
-    INFO(r.out << r.err << read_file(d + "/err"));
+    INFO(r.out << r.err << read_file(err));
     CHECK(r.out.find("claimed") != std::string::npos);
     CHECK(r.out.find("exit " + std::to_string(status)) != std::string::npos);  // dies of the signal, as before
     CHECK_FALSE(std::filesystem::exists(ck + "/.claim.json"));                  // left behind before
