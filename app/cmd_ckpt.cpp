@@ -30,7 +30,7 @@ int inspect(const CkptOptions& options) {
   const auto missing = checkpoint::missing_training_state(m);
   if (!missing.empty())
     throw UserError(fmt::format("{}/manifest.json: tensors: no {}{}: a resume from this checkpoint fails (it needs every "
-                                "parameter with its AdamW moments and step count, and its fp32 master weights unless it "
+                                "parameter with its optimizer state and step count, and its fp32 master weights unless it "
                                 "is stored in fp32)",
                                 loaded.path(), missing.front(),
                                 missing.size() > 1 ? fmt::format(" (and {} more tensors)", missing.size() - 1) : ""));

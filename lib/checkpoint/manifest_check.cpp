@@ -344,8 +344,21 @@ std::string parameter_of_optimizer_state(const std::string& name) {
   return kind_end == std::string::npos ? "" : name.substr(kind_end + 1);
 }
 
-std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype) {
-  std::vector<std::string> out = {"optimizer.exp_avg." + name, "optimizer.exp_avg_sq." + name, "optimizer.step." + name};
+std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype,
+                                                  const std::vector<int64_t>& shape, const json& optimizer) {
+  const std::string kind = optimizer.is_object() ? optimizer.value("name", "adamw") : "adamw";
+  std::vector<std::string> states = {"exp_avg", "exp_avg_sq"};
+  if (kind == "lion") states = {"momentum"};
+  if (kind == "adamw8bit") {
+    int64_t numel = 1;
+    for (const int64_t d : shape) numel *= d;
+    // optim::AdamW8bitRule::quantized: matrices of at least min_8bit_size elements.
+    if (shape.size() >= 2 && numel >= optimizer.value("min_8bit_size", int64_t(4096)))
+      states = {"exp_avg_code", "exp_avg_absmax", "exp_avg_sq_code", "exp_avg_sq_absmax"};
+  }
+  std::vector<std::string> out;
+  for (const auto& s : states) out.push_back("optimizer." + s + "." + name);
+  out.push_back("optimizer.step." + name);
   if (dtype != c10::kFloat) out.push_back("optimizer.master." + name);
   return out;
 }
@@ -360,7 +373,10 @@ std::vector<std::string> missing_training_state(const json& m) {
       continue;
     }
     if (name.rfind("model.", 0) != 0 && name != "lm_head.weight") continue;
-    for (const auto& state : required_optimizer_state(name, *manifest_dtype(record.at("dtype").get<std::string>())))
+    const json optimizer = m.contains("recipe") && m.at("recipe").contains("optimizer") ? m.at("recipe").at("optimizer")
+                                                                                         : json();
+    for (const auto& state : required_optimizer_state(name, *manifest_dtype(record.at("dtype").get<std::string>()),
+                                                      record.at("global_shape").get<std::vector<int64_t>>(), optimizer))
       if (!tensors.contains(state)) missing.insert(state);
   }
   return {missing.begin(), missing.end()};

@@ -59,9 +59,13 @@ std::optional<c10::ScalarType> manifest_dtype(const std::string& name);
 std::string parameter_of_optimizer_state(const std::string& name);
 
 // The optimizer state a checkpoint holds for every parameter `name` (a tensor "model.*" or
-// "lm_head.weight") of dtype `dtype`: AdamW's two moments and step count, and the fp32 master
-// weights unless the parameter is itself fp32 (then it is its own master).
-std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype);
+// "lm_head.weight") of dtype `dtype` and global shape `shape`, written by the optimizer of
+// `optimizer` (the recipe's optimizer section; null or without a name: AdamW): its step count, the
+// fp32 master weights unless the parameter is itself fp32 (then it is its own master), and the
+// optimizer's state (AdamW: exp_avg and exp_avg_sq; Lion: momentum; 8-bit AdamW: the codes and
+// block maxima of each moment, or fp32 moments for vectors and tensors under min_8bit_size).
+std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype,
+                                                  const std::vector<int64_t>& shape, const nlohmann::json& optimizer);
 
 // What a resume needs and the manifest's tensors lack, in name order: the required optimizer
 // state (above) of every parameter, and the parameter of every optimizer state.

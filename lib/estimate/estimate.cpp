@@ -4,20 +4,13 @@
 
 #include "estimate/comm_model.h"
 #include "estimate/micro_batch.h"
+#include "estimate/optimizer_cost.h"
 #include "estimate/pipeline_schedule.h"
 #include "estimate/time_model.h"
 
 namespace trainer::estimate {
 
 namespace {
-
-// Bytes AdamW and its companions move per parameter in the step: gradient norm (read), clipping
-// (read, write), fp32 gradient copy (bf16 only), the fused update (gradient, master, two moments
-// read; master and moments written), copy back to the bf16 weights, zero_grad.
-double optimizer_bytes_per_param(int64_t element_bytes) {
-  if (element_bytes == 4) return 4 + 8 + 4 + 24 + 4;
-  return 2 + 4 + (2 + 4) + (4 + 24) + (4 + 2) + 2;
-}
 
 struct StageTime {
   SegmentTime forward, backward;
@@ -189,7 +182,8 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     const double shard = p.zero >= 1 ? double(stage.params.dense) / dense_ranks + double(stage.params.expert) / expert_ranks
                                      : double(stage.params.total());
     const double optimizer_kernels = double(stage.params.tensors) * 6 / 32.0;  // foreach kernels, 32 tensors each
-    tb.optimizer_s = shard * optimizer_bytes_per_param(job.shape.dtype_bytes) / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
+    tb.optimizer_s = shard * optimizer_cost(r.optimizer, job.shape.dtype_bytes).step_bytes /
+                         (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
                      optimizer_kernels * gpu.kernel_overhead_s;
     tb.step_s = tb.microbatch_s * double(m) + tb.bubble_s + tb.dp_exposed_s + tb.param_gather_s + tb.optimizer_s;
     // The host launches asynchronously; when its launches take longer than the GPU's work, the GPU
@@ -273,6 +267,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.accumulate_unsharded = recipe.parallel.accumulate_unsharded();
   memory.reshard_after_forward = recipe.parallel.reshard_after_forward();
   memory.grad_bytes = double(recipe::bytes_of(recipe.parallel.grad_reduce_dtype));
+  memory.optimizer = recipe.optimizer;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;
   for (const auto& stage : job.stages) {

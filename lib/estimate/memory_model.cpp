@@ -6,6 +6,8 @@
 #include <functional>
 #include <numeric>
 
+#include "estimate/optimizer_cost.h"
+
 namespace trainer::estimate {
 
 namespace {
@@ -96,11 +98,15 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   sm.parameters = e * sharded(3);
   // The gradient buffers (engine/grad_buckets.h): fp32 unless grad_reduce_dtype is bf16.
   sm.gradients = options.grad_bytes * sharded(2);
-  // AdamW (optim/adamw.cpp): exp_avg and exp_avg_sq in fp32, plus fp32 master weights when
-  // training in bf16 (fp32 parameters are their own master weights, also in the distributed
-  // optimizer of ZeRO, engine/zero/distributed_optimizer.cpp, which keeps the states of its shard).
-  const double state_bytes = e != 4 ? 12 : 8;
-  sm.optimizer_states = state_bytes * sharded(1) + 4.0 * double(stage.params.tensors);
+  // The optimizer (optimizer_cost.h): fp32 master weights when training in bf16 (fp32 parameters
+  // are their own master weights, also in the distributed optimizer of ZeRO,
+  // engine/zero/distributed_optimizer.cpp, which keeps the state of its shard), then the
+  // optimizer's state (AdamW: two moments in optimizer.state_dtype; 8-bit AdamW: two bytes and
+  // fp32 block maxima on matrices, fp32 moments on norms), and a step count per tensor.
+  const OptimizerCost cost = optimizer_cost(options.optimizer, int64_t(e));
+  const double norm_shard = zero >= 1 ? double(stage.params.norm) / dense_ranks : double(stage.params.norm);
+  sm.optimizer_states = cost.master_bytes * sharded(1) + cost.matrix_bytes * (sharded(1) - norm_shard) +
+                        cost.vector_bytes * norm_shard + 4.0 * double(stage.params.tensors);
   const double largest_tensor =
       double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));
   // A typical gradient bucket: buckets close at the first parameter that takes them past
@@ -109,7 +115,7 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
       std::min(options.grad_bytes * (pd + pe), options.grad_bucket_bytes + options.grad_bytes * largest_tensor / 2);
   {
     // After backward. With bf16 gradient buffers AdamW copies the weight-decay group's gradients
-    // to fp32 in slices of at most 64 MiB (optim::AdamW::kCopyBudgetBytes) plus the tensor that
+    // to fp32 in slices of at most 64 MiB (optim::LocalOptimizer::kCopyBudgetBytes) plus the tensor that
     // crosses it (fp32 buffers need no copy). The gradient norm reads the buffers in place. The
     // distributed optimizer gathers the updated shards in place, into the buckets themselves (with
     // NCCL and with Gloo: comm/gloo_communicator.cpp): nothing more.
@@ -118,7 +124,10 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const double decay_shard = shard - (zero >= 1 ? norm / dense_ranks : norm);
     const double copy_budget = double(int64_t(64) << 20);
     const double copies = options.grad_bytes != 4 ? std::min(4.0 * decay_shard, copy_budget + 4.0 * largest_tensor) : 0.0;
-    sm.optimizer_step_transient = copies;
+    // Widened bf16 moments, or 8-bit AdamW's runs: fp32 temporaries of a slice of the shard.
+    const double covered = cost.transient_per_tensor ? std::min(shard, largest_tensor) : shard;
+    const double slice = cost.transient_elements_cap > 0 ? std::min(covered, cost.transient_elements_cap) : 0.0;
+    sm.optimizer_step_transient = copies + cost.transient_bytes_per_element * slice;
   }
   sm.model_buffers = double(shape.rotary_dim() / 2) * 4.0;
   if (zero >= 2 && data_parallel) {

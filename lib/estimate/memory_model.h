@@ -56,6 +56,7 @@ struct MemoryOptions {
   // Bytes per gradient element in the gradient buffers: 4 (fp32, the default for every dtype) or
   // the parameter dtype's (parallel.grad_reduce_dtype bf16).
   double grad_bytes = 4;
+  recipe::OptimizerConfig optimizer;     // the state it keeps (optimizer_cost.h)
   const HardwareProfile* gpu = nullptr;  // nullptr: CPU (no workspace, no overhead, no fragmentation)
   bool describe_peak = true;             // false: leave the peak_phase texts empty (faster)
 };

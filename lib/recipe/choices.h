@@ -157,8 +157,19 @@ inline bool contains(const std::vector<FusedKernel>& kernels, FusedKernel k) {
 }
 
 // optimizer.name.
-enum class OptimizerName { AdamW };
-constexpr EnumEntries<OptimizerName, 1> enum_entries(OptimizerName) { return {{{OptimizerName::AdamW, "adamw"}}}; }
+enum class OptimizerName { AdamW, AdamW8bit, Lion, Muon };
+constexpr EnumEntries<OptimizerName, 4> enum_entries(OptimizerName) {
+  return {{{OptimizerName::AdamW, "adamw"},
+           {OptimizerName::AdamW8bit, "adamw8bit"},
+           {OptimizerName::Lion, "lion"},
+           {OptimizerName::Muon, "muon"}}};
+}
+
+// optimizer.muon.scale: how Muon's orthogonalised update is scaled per matrix.
+enum class MuonScale { MatchAdamwRms, Spectral };
+constexpr EnumEntries<MuonScale, 2> enum_entries(MuonScale) {
+  return {{{MuonScale::MatchAdamwRms, "match_adamw_rms"}, {MuonScale::Spectral, "spectral"}}};
+}
 
 // optimizer.decay: from lr to min_lr after warm-up.
 enum class LrDecay { Cosine, Linear, Constant };

@@ -508,8 +508,33 @@ struct TrainingConfig {
   }
 };
 
+// Muon (optimizer.name "muon"): the matrices it updates; everything else takes AdamW.
+struct MuonConfig {
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;
+  MuonScale scale = MuonScale::MatchAdamwRms;
+
+  // The keys of this section (field.h).
+  template <class Table>
+  static void keys(Table& t) {
+    t.key("momentum", &MuonConfig::momentum, between(0, 1),
+        "Momentum of the gradient before orthogonalisation.");
+    t.key("nesterov", &MuonConfig::nesterov, any(),
+        "Nesterov momentum: orthogonalise g + momentum x buffer instead of the buffer.");
+    t.key("ns_steps", &MuonConfig::ns_steps, at_least(1),
+        "Newton-Schulz iterations (coefficients 3.4445, -4.7750, 2.0315, in fp32 on the whole matrix).");
+    t.key("scale", &MuonConfig::scale, any(),
+        "`match_adamw_rms`: the update times 0.2 x sqrt(max(rows, cols)) (Moonlight: an update RMS like "
+        "AdamW's, so AdamW's lr and weight decay carry over). `spectral`: times sqrt(max(1, rows / cols)).");
+  }
+};
+
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::AdamW;
+  Precision state_dtype = Precision::FP32;  // AdamW's moments
+  int64_t min_8bit_size = 4096;
+  MuonConfig muon;
   double lr = 3e-4;
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
@@ -524,7 +549,20 @@ struct OptimizerConfig {
   template <class Table>
   static void keys(Table& t) {
     t.key("name", &OptimizerConfig::name, any(),
-        "Optimizer.");
+        "`adamw`; `adamw8bit`: AdamW with block-wise 8-bit moments (blocks of 256 columns of each row "
+        "of a parameter, an fp32 absmax each, the same blocks on every mesh); `lion`: one "
+        "momentum, the update its sign (use betas [0.9, 0.99] and a 3-10x smaller lr than AdamW's); "
+        "`muon`: orthogonalised momentum for the 2-D weight matrices of the layers (attention and "
+        "feed-forward, each expert's separately), AdamW for embeddings, the LM head, norms, biases "
+        "and routers (not built yet: `trainer run` refuses it). See [optimizers.md](optimizers.md).");
+    t.key("state_dtype", &OptimizerConfig::state_dtype, any(),
+        "dtype of AdamW's two moments (`adamw`, and the AdamW part of `muon`); the master weights "
+        "stay fp32.");
+    t.key("min_8bit_size", &OptimizerConfig::min_8bit_size, at_least(1),
+        "`adamw8bit`: parameters with fewer elements than this (norms, biases, small tensors) keep "
+        "fp32 moments, as bitsandbytes does.");
+    t.section("muon", &OptimizerConfig::muon,
+        "Muon's settings (optimizer.name \"muon\"). See [optimizer.muon](#optimizermuon).");
     t.key("lr", &OptimizerConfig::lr, positive(),
         "Peak learning rate.");
     t.key("min_lr", &OptimizerConfig::min_lr, at_least(0),
@@ -534,7 +572,7 @@ struct OptimizerConfig {
     t.key("decay", &OptimizerConfig::decay, any(),
         "Decay from lr to min_lr after warm-up.");
     t.key("betas", &OptimizerConfig::betas, between(0, 1),
-        "Adam's beta1 and beta2.");
+        "Adam's beta1 and beta2 (Lion: the interpolation of the update and the momentum's decay).");
     t.key("eps", &OptimizerConfig::eps, positive(),
         "Adam's epsilon.");
     t.key("weight_decay", &OptimizerConfig::weight_decay, at_least(0),
@@ -733,7 +771,7 @@ struct Recipe {
     t.section("training", &Recipe::training,
         "The optimisation run.");
     t.section("optimizer", &Recipe::optimizer,
-        "AdamW and its learning-rate schedule.");
+        "The optimizer and its learning-rate schedule.");
     t.section("data", &Recipe::data,
         "Where training tokens come from.");
     t.section("evaluation", &Recipe::evaluation,

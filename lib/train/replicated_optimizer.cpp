@@ -5,19 +5,37 @@
 #include <fmt/format.h>
 
 #include "checkpoint/manifest_check.h"
+#include "engine/block_maxima.h"
 #include "engine/replicas.h"
+#include "optim/state_layout.h"
 
 namespace trainer::train {
 
 ReplicatedOptimizer::ReplicatedOptimizer(model::ParameterSet& params, const recipe::OptimizerConfig& config,
                                          const mesh::ProcessGroups& groups)
-    : params_(params), groups_(groups), adamw_(params.all(), config) {}
+    : params_(params), groups_(groups), optimizer_(params.all(), config) {
+  // 8-bit blocks of rows split by tp are shared with the other tp ranks.
+  optimizer_.set_maxima_reducer([&groups](const std::vector<const model::Parameter*>& owners,
+                                          std::vector<at::Tensor>& maxima) {
+    engine::reduce_split_rows(groups, owners, maxima);
+  });
+}
 
 std::vector<checkpoint::TensorRecord> ReplicatedOptimizer::checkpoint_records() const {
   std::vector<checkpoint::TensorRecord> out;
-  for (const auto& s : adamw_.state()) {
+  for (const auto& s : optimizer_.state()) {
+    const model::Parameter* p = s.parameter;
+    if (s.piece) {  // per-block state: the blocks of the parameter's slice
+      const auto slice = optim::block_slice(*p, *s.piece);
+      if (!slice) continue;
+      auto record = checkpoint::TensorRecord::flat(s.name, s.tensor.narrow(0, slice->piece_index, slice->count),
+                                                   slice->global_shape, slice->offsets, slice->slice_shape, slice->begin);
+      const auto holders = engine::parameter_replicas(groups_.layout(), groups_.global_rank(), *p);
+      if (holders.ranks.size() > 1) record.replicated = engine::as_replication(holders);
+      out.push_back(std::move(record));
+      continue;
+    }
     // The state has the parameter's slice's shape (steps: a scalar).
-    const model::Parameter* p = params_.find(checkpoint::parameter_of_optimizer_state(s.name));
     if (p && s.tensor.dim() > 0 && p->real_numel() == 0) continue;  // padding rows only
     auto record = s.tensor.dim() == 0 || !p
                       ? checkpoint::TensorRecord::whole(s.name, s.tensor)
@@ -35,8 +53,16 @@ std::vector<checkpoint::TensorRecord> ReplicatedOptimizer::checkpoint_records() 
 
 void ReplicatedOptimizer::load_state(const engine::StateReader& read, int64_t steps_taken) {
   at::NoGradGuard no_grad;
-  for (const auto& s : adamw_.state()) {
-    const model::Parameter* p = params_.find(checkpoint::parameter_of_optimizer_state(s.name));
+  for (const auto& s : optimizer_.state()) {
+    const model::Parameter* p = s.parameter;
+    if (s.piece) {  // per-block state
+      const optim::BlockSlice layout = optim::block_layout(*p);
+      const optim::BlockRange range = optim::touched_blocks(*p, *s.piece);
+      if (range.count == 0) continue;
+      if (const auto stored = read(s.name, layout.offsets, layout.slice_shape))
+        s.tensor.narrow(0, 0, range.count).copy_(stored->reshape({-1}).narrow(0, range.slice_begin, range.count));
+      continue;
+    }
     const bool sliced = s.tensor.dim() > 0 && p;
     if (sliced && p->real_numel() == 0) continue;  // padding rows only: zeros, and they stay zero
     const at::Tensor target = sliced ? p->real_part(s.tensor) : s.tensor;
@@ -47,13 +73,14 @@ void ReplicatedOptimizer::load_state(const engine::StateReader& read, int64_t st
     else if (s.name.rfind("optimizer.master.", 0) == 0 && p)
       s.tensor.copy_(p->tensor.detach());  // saved from an fp32 run: the parameters are the master weights
   }
-  adamw_.set_steps_taken(steps_taken);
+  optimizer_.set_steps_taken(steps_taken);
 }
 
 std::string ReplicatedOptimizer::describe(const std::string& buckets, const std::string& dtype) const {
   const int64_t ranks = groups_.get(mesh::GroupKind::DpCp).size();
-  if (ranks > 1) return fmt::format("replicated AdamW, {} all-reduced over {} ranks{}", buckets, ranks, dtype);
-  return "AdamW" + dtype;
+  const std::string name = optimizer_.rule().describe();
+  if (ranks > 1) return fmt::format("replicated {}, {} all-reduced over {} ranks{}", name, buckets, ranks, dtype);
+  return name + dtype;
 }
 
 }  // namespace trainer::train

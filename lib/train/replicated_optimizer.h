@@ -1,10 +1,11 @@
 #pragma once
-// Replicated AdamW (ZeRO 0, or a single data-parallel rank): every rank holds the whole state of
-// its parameters and takes the same update from the all-reduced gradients (optim::AdamW).
+// The replicated optimizer (ZeRO 0, or a single data-parallel rank): every rank holds the whole
+// state of its parameters and takes the same update from the all-reduced gradients
+// (optim::LocalOptimizer with the recipe's rule).
 #include <memory>
 
 #include "mesh/process_groups.h"
-#include "optim/adamw.h"
+#include "optim/local_optimizer.h"
 #include "train/optimizer.h"
 
 namespace trainer::train {
@@ -15,9 +16,9 @@ class ReplicatedOptimizer final : public Optimizer {
   ReplicatedOptimizer(model::ParameterSet& params, const recipe::OptimizerConfig& config,
                       const mesh::ProcessGroups& groups);
 
-  void step(double lr) override { adamw_.step(lr); }
-  int64_t steps_taken() const override { return adamw_.steps_taken(); }
-  void refresh_master_weights() override { adamw_.refresh_master_weights(); }
+  void step(double lr) override { optimizer_.step(lr); }
+  int64_t steps_taken() const override { return optimizer_.steps_taken(); }
+  void refresh_master_weights() override { optimizer_.refresh_master_weights(); }
   // Each state tensor as its parameter's slice (padding rows left out), marked replicated over
   // the ranks holding the same slice (a step count: over the ranks holding the parameter).
   std::vector<checkpoint::TensorRecord> checkpoint_records() const override;
@@ -28,8 +29,8 @@ class ReplicatedOptimizer final : public Optimizer {
  private:
   model::ParameterSet& params_;
   const mesh::ProcessGroups& groups_;
-  // mutable: optim::AdamW::state() hands out the live tensors, which checkpoint_records() only reads.
-  mutable optim::AdamW adamw_;
+  // mutable: optim::LocalOptimizer::state() hands out the live tensors, which checkpoint_records() only reads.
+  mutable optim::LocalOptimizer optimizer_;
 };
 
 }  // namespace trainer::train

@@ -60,6 +60,26 @@ std::string another_model(const std::string& problem, const checkpoint::LoadedCh
   return text;
 }
 
+// Optimizer state is the optimizer's own: another optimizer (or 8-bit AdamW quantising other
+// tensors) cannot take it over.
+void refuse_another_optimizer(const checkpoint::LoadedCheckpoint& checkpoint, const nlohmann::json& resolved) {
+  const nlohmann::json& m = checkpoint.manifest();
+  if (!m.contains("recipe") || !m.at("recipe").contains("optimizer")) return;
+  const nlohmann::json& saved = m.at("recipe").at("optimizer");
+  const nlohmann::json& now = resolved.at("optimizer");
+  const std::string before = saved.value("name", "adamw"), after = now.value("name", "adamw");
+  const auto refuse = [&](const std::string& key, const std::string& was, const std::string& is) {
+    throw UserError(fmt::format(
+        "{}: the checkpoint holds the optimizer state of optimizer.{}={}, but this recipe sets optimizer.{}={}; set it "
+        "back to {} to resume, or keep only the weights: trainer ckpt export {} --hf OUT, then model.init_from=OUT "
+        "with checkpoint.resume=none",
+        checkpoint.path(), key, was, key, is, was, checkpoint.path()));
+  };
+  if (before != after) refuse("name", before, after);
+  if (after == "adamw8bit" && saved.contains("min_8bit_size") && saved.at("min_8bit_size") != now.at("min_8bit_size"))
+    refuse("min_8bit_size", saved.at("min_8bit_size").dump(), now.at("min_8bit_size").dump());
+}
+
 }  // namespace
 
 RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transformer& model, OptimizerDriver& optimizer,
@@ -92,6 +112,7 @@ RunStart prepare_run_start(const recipe::LoadedRecipe& loaded, model::Transforme
     start.finished = done;
     return start;
   }
+  refuse_another_optimizer(checkpoint, loaded.resolved);
   try {
     start.progress = restore_model(checkpoint, model, optimizer.parameter_writer());
   } catch (const CheckpointOfAnotherModel& e) {

@@ -237,11 +237,16 @@ engine::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& l
     // the master weights of a parameter stored in fp32: it is its own).
     const std::string parameter = checkpoint::parameter_of_optimizer_state(name);
     if (loaded.contains(parameter)) {
-      const auto dtype = checkpoint::manifest_dtype(loaded.manifest().at("tensors").at(parameter).at("dtype").get<std::string>());
-      const auto required = checkpoint::required_optimizer_state(parameter, *dtype);
+      const nlohmann::json& m = loaded.manifest();
+      const nlohmann::json& record = m.at("tensors").at(parameter);
+      const auto dtype = checkpoint::manifest_dtype(record.at("dtype").get<std::string>());
+      const nlohmann::json optimizer =
+          m.contains("recipe") && m.at("recipe").contains("optimizer") ? m.at("recipe").at("optimizer") : nlohmann::json();
+      const auto required = checkpoint::required_optimizer_state(
+          parameter, *dtype, record.at("global_shape").get<std::vector<int64_t>>(), optimizer);
       if (std::find(required.begin(), required.end(), name) == required.end()) return std::nullopt;
     }
-    throw UserError(fmt::format("{}: checkpoint has no tensor {}, which resuming needs (every parameter's AdamW moments "
+    throw UserError(fmt::format("{}: checkpoint has no tensor {}, which resuming needs (every parameter's optimizer state "
                                 "and step count, and its fp32 master weights unless it is stored in fp32): the checkpoint "
                                 "is incomplete. Resume from another one (checkpoint.resume=PATH), start over "
                                 "(checkpoint.resume=none), or keep only its weights (trainer ckpt export {} --hf OUT, then "

@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "mesh/process_groups.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
 #include "engine/zero/distributed_optimizer.h"
 #include "recipe/load.h"
 

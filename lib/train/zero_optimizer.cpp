@@ -63,13 +63,17 @@ std::string ZeroOptimizer::describe(const std::string& buckets, const std::strin
                                                       ranks / replicas, replicas, ranks / replicas, replicas)
                                         : fmt::format("{} data-parallel ranks", ranks);
   const char* reduced = accumulate_unsharded_ ? "once per step" : "every micro-batch";
+  // The update rule when it is not plain AdamW ("..., 8-bit AdamW").
+  const std::string rule = sharded_.rule().describe();
+  const std::string with = rule == "AdamW" ? "" : ", " + rule;
   if (stage_ >= 3)
-    return fmt::format("ZeRO-3 over {} (parameters gathered per layer, {}; gradients reduce-scattered {}), {}{}", over,
+    return fmt::format("ZeRO-3 over {} (parameters gathered per layer, {}; gradients reduce-scattered {}), {}{}{}", over,
                        sharded_.zero3_gathers() && reshard_after_forward_ ? "released after forward"
                                                                           : "kept from forward to backward",
-                       reduced, buckets, dtype);
-  if (stage_ >= 2) return fmt::format("ZeRO-2 over {} (gradients reduce-scattered {}), {}{}", over, reduced, buckets, dtype);
-  return fmt::format("ZeRO-1 over {}, {}{}", over, buckets, dtype);
+                       reduced, buckets, dtype, with);
+  if (stage_ >= 2)
+    return fmt::format("ZeRO-2 over {} (gradients reduce-scattered {}), {}{}{}", over, reduced, buckets, dtype, with);
+  return fmt::format("ZeRO-1 over {}, {}{}{}", over, buckets, dtype, with);
 }
 
 }  // namespace trainer::train

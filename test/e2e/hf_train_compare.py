@@ -1,5 +1,6 @@
-"""Trains a model transformers saved with torch.optim.AdamW, the way trainer trains it, and compares
-the loss of every step with trainer's metrics file (test_hf.cpp).
+"""Trains a model transformers saved with torch.optim.AdamW (or the recipe's other optimizer, written
+out below from its definition), the way trainer trains it, and compares the loss of every step with
+trainer's metrics file (test_hf.cpp).
 usage: hf_train_compare.py HF_DIR TOKENS.safetensors RECIPE.json METRICS.jsonl [--separator=ID]
   TOKENS: the samples of every step in order ([steps x global batch, seq + 1], from hf_logits_tool);
   RECIPE: the resolved recipe (trainer validate --json) the run used: batch sizes, steps, the
@@ -7,7 +8,9 @@ usage: hf_train_compare.py HF_DIR TOKENS.safetensors RECIPE.json METRICS.jsonl [
 As trainer does: per global batch, the summed token cross-entropy of each micro-batch over the
 global batch's target count, backward per micro-batch; the global gradient norm clipped to
 training.grad_clip; AdamW (the fused kernel trainer calls) with weight decay on matrices and none
-on vectors (norms, biases); the learning rate of lib/optim/lr_schedule.cpp (linear warm-up, then
+on vectors (norms, biases), or per optimizer.name and optimizer.state_dtype: AdamW with moments
+rounded to bf16 after every step, Lion, or 8-bit AdamW (block-wise dynamic quantisation of both
+moments, blocks of 256 columns of each row); the learning rate of lib/optim/lr_schedule.cpp (linear warm-up, then
 cosine or linear decay to min_lr over the remaining steps). transformers adds no router loss
 (output_router_logits is false): trainer's run must set model.moe.router_aux_loss_coef 0.
 With --separator=ID (data.document_masking with data.document_separator_token ID): each sample is
@@ -57,9 +60,125 @@ model.train()
 decay = [p for p in model.parameters() if p.ndim >= 2]
 no_decay = [p for p in model.parameters() if p.ndim < 2]
 betas = tuple(opt["betas"])
-optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": opt["weight_decay"]},
-                               {"params": no_decay, "weight_decay": 0.0}],
-                              lr=opt["lr"], betas=betas, eps=opt["eps"], fused=True)
+
+
+class Lion(torch.optim.Optimizer):
+    """Chen et al. 2023: update sign(b1 m + (1 - b1) g), then m = b2 m + (1 - b2) g."""
+
+    def __init__(self, groups, lr, betas):
+        super().__init__(groups, {"lr": lr, "betas": betas, "weight_decay": 0.0})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                m = self.state[p].setdefault("m", torch.zeros_like(p))
+                direction = (m * b1 + p.grad * (1 - b1)).sign()
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.sub_(direction * group["lr"])
+                m.copy_(m * b2 + p.grad * (1 - b2))
+
+
+def dynamic_code(signed):
+    """Dettmers et al.'s dynamic code: decades 1e-6..1, each a linear grid of 2^d (signed, both signs)
+    or 2^(d+1) fractions between 0.1 and 1 (their midpoints), plus 0 and 1."""
+    values = [0.0, 1.0]
+    for d in range(7):
+        n = 2 ** d if signed else 2 ** (d + 1)
+        grid = torch.linspace(0.1, 1, n + 1, dtype=torch.float64)
+        for v in (10.0 ** (d - 6) * (grid[:-1] + grid[1:]) / 2).tolist():
+            values += [v, -v] if signed else [v]
+    values = torch.tensor(sorted(values), dtype=torch.float64)
+    assert values.numel() == 256
+    return values.float(), ((values[:-1] + values[1:]) / 2).float()
+
+
+class AdamW8bit(torch.optim.Optimizer):
+    """AdamW whose moments are stored as 8-bit codes times an fp32 absolute maximum per block of
+    256 columns of each row; matrices under min_size elements and vectors keep fp32 moments."""
+
+    def __init__(self, groups, lr, betas, eps, min_size):
+        super().__init__(groups, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
+        self.min_size, self.codes = min_size, (dynamic_code(True), dynamic_code(False))
+
+    def blocks(self, x):  # [rows, chunks, 256], zero padded, and the row length
+        rows = x.reshape(-1, x.shape[-1])
+        length = rows.shape[1]
+        chunks = (length + 255) // 256
+        return torch.nn.functional.pad(rows, (0, chunks * 256 - length)).reshape(rows.shape[0], chunks, 256), length
+
+    def store(self, x, signed):
+        values, midpoints = self.codes[0 if signed else 1]
+        b, _ = self.blocks(x)
+        absmax = b.abs().amax(dim=2, keepdim=True)
+        normalized = b / torch.where(absmax > 0, absmax, torch.ones_like(absmax))
+        return torch.bucketize(normalized, midpoints, right=True), absmax
+
+    def load(self, stored, like, signed):
+        index, absmax = stored
+        values = self.codes[0 if signed else 1][0]
+        b = values[index] * absmax
+        length = like.shape[-1]
+        return b.reshape(b.shape[0], -1)[:, :length].reshape(like.shape)
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                st = self.state[p]
+                quantized = p.ndim >= 2 and p.numel() >= self.min_size
+                st["step"] = st.get("step", 0) + 1
+                if quantized:
+                    m_old = self.load(st["m"], p, True) if "m" in st else torch.zeros_like(p)
+                    v_old = self.load(st["v"], p, False) if "v" in st else torch.zeros_like(p)
+                else:
+                    m_old, v_old = st.get("m", torch.zeros_like(p)), st.get("v", torch.zeros_like(p))
+                g = p.grad
+                m = m_old * b1 + g * (1 - b1)
+                v = v_old * b2 + (g * g) * (1 - b2)
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                denominator = v.sqrt() / math.sqrt(1 - b2 ** st["step"]) + group["eps"]
+                p.sub_((m / denominator) * (group["lr"] / (1 - b1 ** st["step"])))
+                st["m"], st["v"] = (self.store(m, True), self.store(v, False)) if quantized else (m, v)
+
+
+class AdamWBf16Moments(torch.optim.Optimizer):
+    """torch's fused AdamW on fp32 copies of bf16 moments, rounded back to bf16 after every step."""
+
+    def __init__(self, groups, lr, betas, eps):
+        super().__init__(groups, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                st = self.state[p]
+                if not st:
+                    st.update(m=torch.zeros_like(p, dtype=torch.bfloat16), v=torch.zeros_like(p, dtype=torch.bfloat16),
+                              step=torch.zeros((), dtype=torch.float32))
+                m, v = st["m"].float(), st["v"].float()
+                st["step"] += 1
+                torch._fused_adamw_([p], [p.grad], [m], [v], [], [st["step"]], lr=group["lr"], beta1=b1, beta2=b2,
+                                    weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
+                                    maximize=False)
+                st["m"].copy_(m)
+                st["v"].copy_(v)
+
+
+groups = [{"params": decay, "weight_decay": opt["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+name = opt.get("name", "adamw")
+if name == "lion":
+    optimizer = Lion(groups, lr=opt["lr"], betas=betas)
+elif name == "adamw8bit":
+    optimizer = AdamW8bit(groups, lr=opt["lr"], betas=betas, eps=opt["eps"], min_size=opt["min_8bit_size"])
+elif opt.get("state_dtype", "fp32") == "bf16":
+    optimizer = AdamWBf16Moments(groups, lr=opt["lr"], betas=betas, eps=opt["eps"])
+else:
+    assert name == "adamw", f"no reference for optimizer.name {name}"
+    optimizer = torch.optim.AdamW(groups, lr=opt["lr"], betas=betas, eps=opt["eps"], fused=True)
 ours = [json.loads(line) for line in open(metrics_file) if line.strip()]
 ours = [m for m in ours if "loss" in m and "step" in m]
 assert len(ours) == steps, f"{len(ours)} logged steps, expected {steps} (logging.interval 1)"
@@ -98,7 +217,7 @@ for step in range(steps):
     optimizer.step()
     difference = abs(loss - ours[step]["loss"]) / abs(loss)
     worst = max(worst, difference)
-    print(f"step {step + 1}: loss transformers+AdamW {loss:.8f} trainer {ours[step]['loss']:.8f} "
+    print(f"step {step + 1}: loss transformers+{type(optimizer).__name__} {loss:.8f} trainer {ours[step]['loss']:.8f} "
           f"relative difference {difference:.2e}")
 print(f"largest relative loss difference over {steps} steps: {worst:.2e}")
 sys.exit(0 if worst <= 1e-5 else 1)

@@ -216,6 +216,54 @@ TEST_CASE("hf: document masking trains as transformers run document by document 
   WARN(trained.out);
 }
 
+TEST_CASE("hf: Lion - 8-bit AdamW and AdamW with bf16 moments train as references written from their definitions",
+          "[hf][optim]") {
+  // 10 steps each on the same samples; the reference optimizers are written out in
+  // hf_train_compare.py (PyTorch, fp32). min_8bit_size 1000 quantises every matrix of the model
+  // (the smallest, k and v, have 1728 elements); the vectors keep fp32 moments.
+  install_transformers();
+  TempDir dir;
+  const auto made = run_process({python(), source_dir() + "/test/e2e/hf_make_model.py", dir.path() + "/hf", "theta"}, 300);
+  INFO(made.out << made.err);
+  REQUIRE(made.exit_code == 0);
+  const std::string hf = dir.path() + "/hf/new";
+  const std::string recipe = dir.write("recipe.json", R"({"model": {"hf_config": ")" + hf + R"("},
+    "training": {"seq_len": 24, "micro_batch_size": 2, "global_batch_size": 4, "steps": 10, "seed": 7, "dtype": "fp32",
+                 "grad_clip": 1.0},
+    "optimizer": {"warmup_steps": 2, "lr": 2e-3, "min_8bit_size": 1000},
+    "logging": {"interval": 1}})");
+  const auto samples = run_process({std::string(TRAINER_BINARY_DIR) + "/hf_logits_tool", recipe, "--hf", hf, "40",
+                                    dir.path() + "/samples.safetensors"},
+                                   120);
+  INFO(samples.out << samples.err);
+  REQUIRE(samples.exit_code == 0);
+  const std::vector<std::vector<std::string>> optimizers = {
+      {"optimizer.name=lion", "optimizer.betas=[0.9,0.99]", "optimizer.lr=3e-4"},
+      {"optimizer.name=adamw8bit"},
+      {"optimizer.state_dtype=bf16"}};
+  for (const auto& settings : optimizers) {
+    const std::string metrics = dir.path() + "/" + settings.front() + ".jsonl";
+    std::vector<std::string> options = {"--set", "model.init_from=" + hf, "--set", "logging.metrics_file=" + metrics};
+    for (const auto& s : settings) options.insert(options.end(), {"--set", s});
+    std::vector<std::string> run = {trainer_binary(), "run", recipe};
+    run.insert(run.end(), options.begin(), options.end());
+    const auto started = run_process(run, 120, {"OMP_NUM_THREADS=1"});
+    INFO(settings.front() << "\n" << started.out << started.err);
+    REQUIRE(started.exit_code == 0);
+    std::vector<std::string> validate = {trainer_binary(), "validate", recipe, "--json"};
+    validate.insert(validate.end(), options.begin(), options.end());
+    const auto resolved = run_process(validate);
+    REQUIRE(resolved.exit_code == 0);
+    dir.write("resolved.json", resolved.out);
+    const auto trained = run_process({python(), source_dir() + "/test/e2e/hf_train_compare.py", hf,
+                                      dir.path() + "/samples.safetensors", dir.path() + "/resolved.json", metrics},
+                                     300);
+    INFO(trained.out << trained.err);
+    CHECK(trained.exit_code == 0);
+    WARN(settings.front() << ": " << trained.out);
+  }
+}
+
 TEST_CASE("hf: a Llama made by transformers with llama3 RoPE scaling in both config layouts", "[hf]") {
   install_transformers();
   check_transformers_model("llama3");

@@ -4,18 +4,16 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 
 #include "engine/replicas.h"
+#include "optim/local_optimizer.h"
+#include "optim/state_layout.h"
 
 namespace trainer::engine {
 
 namespace {
-// Checkpoint names of the three shard buffers, indexed like DistributedOptimizer's Buffer.
-constexpr const char* kStateNames[3] = {"optimizer.master.", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-
 // The master shard of fp32 parameters is the parameters' own storage: nothing to copy then.
 void copy_unless_same(const at::Tensor& to, const at::Tensor& from) {
   if (to.data_ptr() == from.data_ptr() && to.sizes() == from.sizes() && to.strides() == from.strides()) return;
@@ -26,7 +24,12 @@ void copy_unless_same(const at::Tensor& to, const at::Tensor& from) {
 DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::ParameterSet& params,
                                            const recipe::OptimizerConfig& config, bool overlap_gather,
                                            const std::optional<Zero3Options>& zero3)
-    : buckets_(buckets), set_(params), params_(params.all()), overlap_gather_(overlap_gather && !zero3), config_(config) {
+    : buckets_(buckets),
+      set_(params),
+      params_(params.all()),
+      overlap_gather_(overlap_gather && !zero3),
+      config_(config),
+      rule_(optim::make_update_rule(config)) {
   at::NoGradGuard no_grad;
   auto& all = buckets.buckets();
   gathers_.resize(all.size());
@@ -48,15 +51,31 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
     const at::Tensor mine = bucket.shard_values.defined() ? bucket.shard_values : bucket.values.narrow(0, lo, n);
     // fp32 parameters are their own master weights: the update writes this rank's shard of the
     // parameter storage in place, with no second fp32 copy of it.
-    const at::Tensor master = mine.scalar_type() == at::kFloat ? mine : mine.to(at::kFloat);
-    shards_.push_back({master, at::zeros_like(master), at::zeros_like(master)});
+    masters_.push_back(mine.scalar_type() == at::kFloat ? mine : mine.to(at::kFloat));
     for (size_t i = 0; i < bucket.params.size(); ++i) {
       const int64_t begin = bucket.offsets[i], end = begin + params_[bucket.params[i]].tensor.numel();
       const int64_t a = std::max(begin, lo), z = std::min(end, hi);
       if (a >= z) continue;
       fragments_.push_back({b, bucket.params[i], a - begin, a - lo, z - a});
-      steps_.push_back(at::zeros({}, master.options()));  // beside the shard: the fused CUDA kernel reads it there
+      steps_.push_back(at::zeros({}, masters_.back().options()));  // beside the shard: the fused CUDA kernel reads it there
     }
+  }
+  // The state of each fragment, made once the fragment list is final (geometry_ holds pointers).
+  geometry_.reserve(fragments_.size());
+  for (const Fragment& fr : fragments_) {
+    const model::Parameter& p = params_[fr.param];
+    geometry_.push_back(optim::piece_geometry(p, fr.param_offset, fr.length));
+    for (const auto& spec : rule_->state_specs(geometry_.back()))
+      if (spec.per_block) optim::check_block_split(p);
+    states_.push_back(rule_->make_state(geometry_.back(), masters_[fr.bucket].options()));
+  }
+  if (rule_->blockwise()) {
+    const auto quantized = [&](size_t param) {
+      const model::Parameter& p = params_[param];
+      const auto specs = rule_->state_specs(optim::piece_geometry(p, 0, p.tensor.numel()));
+      return std::any_of(specs.begin(), specs.end(), [](const optim::StateSpec& s) { return s.per_block; });
+    };
+    cut_blocks_ = std::make_unique<CutBlocks>(buckets, params_, quantized);
   }
   if (zero3) zero3_gathers_ = std::make_unique<Zero3Gathers>(buckets, params, *zero3);
 }
@@ -67,27 +86,28 @@ void DistributedOptimizer::step(double lr) {
   // Gathers a forward did not need end first: with fp32 parameters the update writes the storage
   // they gather into.
   for (size_t b = 0; b < all.size(); ++b) gather_wait_s_ += finish_gather(b);
-  for (const bool decay : {true, false}) {
-    std::vector<at::Tensor> weights, grads, avgs, avg_sqs, steps;
-    for (size_t f = 0; f < fragments_.size(); ++f) {
-      const Fragment& fr = fragments_[f];
-      if (params_[fr.param].weight_decay != decay) continue;
-      auto& shard = shards_[fr.bucket];
-      const auto& bucket = all[fr.bucket];
-      weights.push_back(shard[kMaster].narrow(0, fr.shard_offset, fr.length));
-      grads.push_back(buckets_.reduced(bucket).narrow(0, fr.shard_offset, fr.length).to(at::kFloat));
-      avgs.push_back(shard[kExpAvg].narrow(0, fr.shard_offset, fr.length));
-      avg_sqs.push_back(shard[kExpAvgSq].narrow(0, fr.shard_offset, fr.length));
-      steps.push_back(steps_[f]);
-    }
-    if (weights.empty()) continue;
-    at::_foreach_add_(steps, 1.0);  // the fused kernel does not advance the counts itself
-    at::_fused_adamw_(weights, grads, avgs, avg_sqs, {}, steps, lr, config_.beta1(), config_.beta2(),
-                      decay ? config_.weight_decay : 0.0, config_.eps, false, false);
+  std::vector<optim::Piece> pieces;
+  std::vector<CutBlocks::Fragment> owners;
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    const Fragment& fr = fragments_[f];
+    pieces.push_back({masters_[fr.bucket].narrow(0, fr.shard_offset, fr.length),
+                      buckets_.reduced(all[fr.bucket]).narrow(0, fr.shard_offset, fr.length), steps_[f], &states_[f],
+                      &geometry_[f]});
+    owners.push_back({fr.bucket, fr.param, &geometry_[f]});
   }
+  std::function<void(std::vector<at::Tensor>&)> reduce;
+  if (rule_->blockwise())
+    reduce = [&](std::vector<at::Tensor>& maxima) {
+      cut_blocks_->reduce(buckets_, owners, maxima);
+      std::vector<const model::Parameter*> params;
+      for (const auto& o : owners) params.push_back(&params_[o.param]);
+      reduce_split_rows(buckets_.groups(), params, maxima);
+    };
+  optim::run_update(*rule_, pieces, lr, config_.weight_decay, steps_taken_ + 1, optim::LocalOptimizer::kCopyBudgetBytes,
+                    reduce);
   if (zero3_gathers_) {
     // ZeRO-3: the next forward gathers each unit from the updated shards.
-    for (size_t b = 0; b < all.size(); ++b) copy_unless_same(zero3_gathers_->shard(b), shards_[b][kMaster]);
+    for (size_t b = 0; b < all.size(); ++b) copy_unless_same(zero3_gathers_->shard(b), masters_[b]);
     last_gather_wait_s_ = zero3_gathers_->take_wait_s();
     gather_wait_s_ = 0;
     ++steps_taken_;
@@ -102,7 +122,7 @@ void DistributedOptimizer::step(double lr) {
   for (size_t b = all.size(); b-- > 0;) {
     auto& bucket = all[b];
     at::Tensor mine = bucket.values.narrow(0, buckets_.shard_begin(bucket), buckets_.shard_numel(bucket));
-    copy_unless_same(mine, shards_[b][kMaster]);
+    copy_unless_same(mine, masters_[b]);
     gathers_[b] = bucket.comm->all_gather(bucket.values, mine);  // in place: no copy of the shard
   }
   if (!overlap_gather_)
@@ -136,20 +156,24 @@ void DistributedOptimizer::refresh_master_weights() {
   at::NoGradGuard no_grad;
   auto& all = buckets_.buckets();
   for (size_t b = 0; b < all.size(); ++b)
-    copy_unless_same(shards_[b][kMaster],
+    copy_unless_same(masters_[b],
                      all[b].shard_values.defined()
                          ? all[b].shard_values
                          : all[b].values.narrow(0, GradBuckets::shard_begin(all[b]), GradBuckets::shard_numel(all[b])));
 }
 
+checkpoint::TensorRecord::Replication DistributedOptimizer::fragment_holders(const Fragment& fr) const {
+  const mesh::ProcessGroups& groups = buckets_.groups();
+  // The same fragment is on the ranks that hold the same slice and the same shard of the bucket.
+  return as_replication(
+      shard_replicas(groups.layout(), groups.global_rank(), params_[fr.param], buckets_.buckets()[fr.bucket].group));
+}
+
 void DistributedOptimizer::add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
                                                 std::vector<checkpoint::TensorRecord>& out) const {
-  const mesh::ProcessGroups& groups = buckets_.groups();
   for (const Fragment& fr : fragments_) {
     const auto& p = params_[fr.param];
-    // The same fragment is on the ranks that hold the same slice and the same shard of the bucket.
-    const auto holders = as_replication(
-        shard_replicas(groups.layout(), groups.global_rank(), p, buckets_.buckets()[fr.bucket].group));
+    const auto holders = fragment_holders(fr);
     // Padding rows (a padded vocabulary) end the parameter in row-major order: only the real prefix is saved.
     const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);
     if (length <= 0) continue;
@@ -178,7 +202,7 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::parameter_records() 
   std::vector<checkpoint::TensorRecord> out;
   if (!zero3_gathers_) return out;
   std::vector<at::Tensor> shards;
-  for (size_t b = 0; b < shards_.size(); ++b) shards.push_back(zero3_gathers_->shard(b));
+  for (size_t b = 0; b < masters_.size(); ++b) shards.push_back(zero3_gathers_->shard(b));
   add_fragment_records("", shards, out);
   return out;
 }
@@ -187,11 +211,29 @@ std::vector<checkpoint::TensorRecord> DistributedOptimizer::checkpoint_records()
   const bool fp32_params = !params_.empty() && params_.front().tensor.scalar_type() == at::kFloat;
   const mesh::ProcessGroups& groups = buckets_.groups();
   std::vector<checkpoint::TensorRecord> out;
-  for (int k = 0; k < 3; ++k) {
-    if (k == kMaster && fp32_params) continue;  // the parameters are the master weights
-    std::vector<at::Tensor> buffers;
-    for (const auto& shard : shards_) buffers.push_back(shard[k]);
-    add_fragment_records(kStateNames[k], buffers, out);
+  if (!fp32_params) add_fragment_records("optimizer.master.", masters_, out);  // else the parameters are the masters
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    const Fragment& fr = fragments_[f];
+    const auto& p = params_[fr.param];
+    const auto holders = fragment_holders(fr);
+    const auto specs = rule_->state_specs(geometry_[f]);
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const std::string name = "optimizer." + specs[k].name + "." + p.name;
+      if (specs[k].per_block) {
+        const auto slice = optim::block_slice(p, geometry_[f]);
+        if (!slice) continue;
+        out.push_back(checkpoint::TensorRecord::flat(name, states_[f][k].narrow(0, slice->piece_index, slice->count),
+                                                     slice->global_shape, slice->offsets, slice->slice_shape,
+                                                     slice->begin));
+      } else {
+        // Padding rows (a padded vocabulary) end the parameter in row-major order: only the real prefix is saved.
+        const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);
+        if (length <= 0) continue;
+        out.push_back(checkpoint::TensorRecord::flat(name, states_[f][k].narrow(0, 0, length), p.global_shape,
+                                                     p.offsets(), p.real_sizes(), fr.param_offset));
+      }
+      if (holders.count > 1) out.back().replicated = holders;
+    }
   }
   for (const auto& p : params_) {
     auto step = checkpoint::TensorRecord::whole("optimizer.step." + p.name, at::full({}, double(steps_taken_), at::kFloat));
@@ -207,17 +249,29 @@ void DistributedOptimizer::load_state(const StateReader& read) {
     const Fragment& fr = fragments_[f];
     const auto& p = params_[fr.param];
     const int64_t length = std::min(fr.length, p.real_numel() - fr.param_offset);  // the rest: padding, zeros
-    for (int k = 0; length > 0 && k < 3; ++k) {
-      const std::optional<at::Tensor> stored = read(kStateNames[k] + p.name, p.offsets(), p.real_sizes());
-      if (!stored && k == kMaster && zero3_gathers_) {  // ZeRO-3: the parameters' shard (loaded before)
-        const auto& values = buckets_.buckets()[fr.bucket].shard_values;
-        copy_unless_same(shards_[fr.bucket][k].narrow(0, fr.shard_offset, length), values.narrow(0, fr.shard_offset, length));
-        continue;
+    if (length > 0) {
+      const at::Tensor master = masters_[fr.bucket].narrow(0, fr.shard_offset, length);
+      const std::optional<at::Tensor> stored = read("optimizer.master." + p.name, p.offsets(), p.real_sizes());
+      if (stored)
+        copy_unless_same(master, stored->reshape({-1}).narrow(0, fr.param_offset, length));
+      else if (zero3_gathers_)  // ZeRO-3: the parameters' shard (loaded before)
+        copy_unless_same(master, buckets_.buckets()[fr.bucket].shard_values.narrow(0, fr.shard_offset, length));
+      else
+        copy_unless_same(master, p.real_part(p.tensor.detach()).reshape({-1}).narrow(0, fr.param_offset, length));
+    }
+    const auto specs = rule_->state_specs(geometry_[f]);
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const std::string name = "optimizer." + specs[k].name + "." + p.name;
+      if (specs[k].per_block) {
+        const optim::BlockSlice layout = optim::block_layout(p);
+        const optim::BlockRange range = optim::touched_blocks(p, geometry_[f]);
+        if (range.count == 0) continue;
+        const auto stored = read(name, layout.offsets, layout.slice_shape);
+        if (stored) states_[f][k].narrow(0, 0, range.count).copy_(stored->reshape({-1}).narrow(0, range.slice_begin, range.count));
+      } else if (length > 0) {
+        const auto stored = read(name, p.offsets(), p.real_sizes());
+        if (stored) states_[f][k].narrow(0, 0, length).copy_(stored->reshape({-1}).narrow(0, fr.param_offset, length));
       }
-      const at::Tensor source = stored ? *stored : (k == kMaster ? p.real_part(p.tensor.detach()) : at::Tensor());
-      if (!source.defined()) continue;
-      copy_unless_same(shards_[fr.bucket][k].narrow(0, fr.shard_offset, length),
-                       source.reshape({-1}).narrow(0, fr.param_offset, length));
     }
     if (const auto step = read("optimizer.step." + p.name, {}, {})) steps_[f].copy_(*step);
   }

@@ -1,9 +1,12 @@
 #pragma once
-// ZeRO-1 (Megatron's distributed optimizer): fp32 master weights and Adam moments exist only for
-// this rank's shard of every gradient bucket (sharded over the bucket's reduction group); fp32
-// parameters are their own master weights (the update writes their shard in place). After
-// the buckets' reduce-scatter, each rank updates its shard with the fused AdamW kernel and the
-// updated parameters are all-gathered. The gradient norm and clipping are the buckets' (over the
+// ZeRO-1 (Megatron's distributed optimizer): fp32 master weights and the optimizer's state exist
+// only for this rank's shard of every gradient bucket (sharded over the bucket's reduction group);
+// fp32 parameters are their own master weights (the update writes their shard in place). After
+// the buckets' reduce-scatter, each rank updates its shard, fragment by fragment (the part of a
+// parameter inside the shard), with the optimizer's element-wise rule (optim/update_rule.h: the
+// same update of every element as without sharding; 8-bit blocks cut by a shard boundary take
+// their maximum from both sides, engine/block_maxima.h), and the updated parameters are
+// all-gathered. The gradient norm and clipping are the buckets' (over the
 // shards, each unique element counted once), so they match the unsharded optimizer.
 //
 // Overlapped gathers (overlap_gather, the default): step() launches every bucket's all-gather and
@@ -17,7 +20,6 @@
 // from the shards (parameter_records) without gathering them.
 #include <ATen/core/Tensor.h>
 
-#include <array>
 #include <functional>
 #include <optional>
 #include <map>
@@ -25,7 +27,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "optim/adamw.h"
+#include "engine/block_maxima.h"
+#include "optim/update_rule.h"
 #include "engine/grad_buckets.h"
 #include "engine/zero/zero3_gathers.h"
 #include "recipe/recipe.h"
@@ -71,13 +74,15 @@ class DistributedOptimizer {
   // shards without communication. The live tensors.
   std::vector<checkpoint::TensorRecord> parameter_records() const;
 
-  // This rank's state for a checkpoint, under the names optim::AdamW::state() uses, without any communication: its
-  // fragments of the moments (and of the fp32 master weights when the parameters are not fp32) as
-  // flat ranges of each parameter's slice, and the step counts (replicated). The live tensors.
+  // This rank's state for a checkpoint, under the names optim::LocalOptimizer::state() uses, without any
+  // communication: its fragments of the state (and of the fp32 master weights when the parameters
+  // are not fp32) as flat ranges of each parameter's slice (per-block state: of its block layout,
+  // optim/state_layout.h), and the step counts (replicated). The live tensors.
   std::vector<checkpoint::TensorRecord> checkpoint_records() const;
   // Loads this rank's fragments (and the step counts) by the same names; missing master weights
   // (a checkpoint of an fp32 run) are taken from the parameters.
   void load_state(const StateReader& read);
+  const optim::UpdateRule& rule() const { return *rule_; }
 
  private:
   struct Fragment {
@@ -86,7 +91,6 @@ class DistributedOptimizer {
     int64_t shard_offset;   // first element within this rank's shard of the bucket
     int64_t length;
   };
-  enum Buffer { kMaster, kExpAvg, kExpAvgSq };
 
   void wait_unit(int64_t unit);
   // Waits for bucket's all-gather if one is in flight; returns the seconds waited.
@@ -95,6 +99,8 @@ class DistributedOptimizer {
   // The records of each fragment of `buffers` (one per bucket) under `prefix` + the parameter's name.
   void add_fragment_records(const std::string& prefix, const std::vector<at::Tensor>& buffers,
                             std::vector<checkpoint::TensorRecord>& out) const;
+  // Who else holds fragment f's state (the same slice and shard).
+  checkpoint::TensorRecord::Replication fragment_holders(const Fragment& fr) const;
 
   GradBuckets& buckets_;
   model::ParameterSet& set_;
@@ -106,10 +112,14 @@ class DistributedOptimizer {
   double gather_wait_s_ = 0;       // accumulating since the last step()
   double last_gather_wait_s_ = 0;
   recipe::OptimizerConfig config_;
+  std::unique_ptr<optim::UpdateRule> rule_;
   std::vector<Fragment> fragments_;
-  // Per bucket: fp32 master (fp32 parameters: their shard of the storage itself), exp_avg, exp_avg_sq.
-  std::vector<std::array<at::Tensor, 3>> shards_;
+  std::vector<optim::PieceGeometry> geometry_;     // per fragment
+  std::vector<std::vector<at::Tensor>> states_;    // per fragment: the rule's state
+  // Per bucket: the fp32 master shard (fp32 parameters: their shard of the storage itself).
+  std::vector<at::Tensor> masters_;
   std::vector<at::Tensor> steps_;                  // per fragment (the fused kernel wants one per tensor)
+  std::unique_ptr<CutBlocks> cut_blocks_;          // blockwise rules: blocks cut by shard boundaries
   int64_t steps_taken_ = 0;
 };
 

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/local_optimizer.h"
 #include "optim/lr_schedule.h"
 
 using namespace trainer;
@@ -49,7 +50,7 @@ TEST_CASE("AdamW matches the reference update over several steps (fp32)", "[opti
   auto params = make_params(at::kFloat);
   recipe::OptimizerConfig config;
   config.weight_decay = 0.1;
-  optim::AdamW adam(params, config);
+  optim::LocalOptimizer adam(params, config);
   ReferenceAdam ref_w{{0.5, -1.0, 2.0, 0.0}, std::vector<double>(4), std::vector<double>(4)};
   ReferenceAdam ref_n{{1.0, 1.0}, std::vector<double>(2), std::vector<double>(2)};
   for (int s = 0; s < 5; ++s) {
@@ -69,7 +70,7 @@ TEST_CASE("AdamW matches the reference update over several steps (fp32)", "[opti
 TEST_CASE("AdamW keeps fp32 master weights for bf16 parameters", "[optim]") {
   auto params = make_params(at::kBFloat16);
   recipe::OptimizerConfig config;
-  optim::AdamW adam(params, config);
+  optim::LocalOptimizer adam(params, config);
   CHECK(adam.has_master_weights());
   params[0].tensor.mutable_grad() = at::ones({4}, at::kBFloat16);
   params[1].tensor.mutable_grad() = at::ones({2}, at::kBFloat16);
@@ -100,7 +101,7 @@ TEST_CASE("AdamW over bf16 gradients in slices of the copy budget equals one sli
     }
     recipe::OptimizerConfig config;
     config.weight_decay = 0.1;
-    optim::AdamW adam(params, config);
+    optim::LocalOptimizer adam(params, config);
     adam.set_copy_budget_bytes(budget);
     for (int step = 0; step < 3; ++step) adam.step(1e-2);
     std::vector<at::Tensor> out;
@@ -108,7 +109,7 @@ TEST_CASE("AdamW over bf16 gradients in slices of the copy budget equals one sli
     for (auto& s : adam.state()) out.push_back(s.tensor.detach().clone());
     return out;
   };
-  const auto sliced = run(1), whole = run(optim::AdamW::kCopyBudgetBytes);
+  const auto sliced = run(1), whole = run(optim::LocalOptimizer::kCopyBudgetBytes);
   REQUIRE(sliced.size() == whole.size());
   for (size_t i = 0; i < sliced.size(); ++i) CHECK(at::equal(sliced[i], whole[i]));
 }

@@ -1,0 +1,69 @@
+#include "optim/update_rule.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <stdexcept>
+
+#include "optim/adamw8bit_rule.h"
+#include "optim/adamw_rule.h"
+#include "optim/lion_rule.h"
+
+namespace trainer::optim {
+
+std::vector<at::Tensor> UpdateRule::make_state(const PieceGeometry& piece, const at::TensorOptions& like) const {
+  std::vector<at::Tensor> out;
+  for (const StateSpec& spec : state_specs(piece)) {
+    const int64_t n = spec.per_block ? piece.grid().blocks_touched(piece.offset, piece.length) : piece.length;
+    out.push_back(at::zeros({n}, like.dtype(spec.dtype)));
+  }
+  return out;
+}
+
+std::unique_ptr<UpdateRule> make_update_rule(const recipe::OptimizerConfig& config) {
+  switch (config.name) {
+    case recipe::OptimizerName::AdamW: return std::make_unique<AdamWRule>(config);
+    case recipe::OptimizerName::AdamW8bit: return std::make_unique<AdamW8bitRule>(config);
+    case recipe::OptimizerName::Lion: return std::make_unique<LionRule>(config);
+    case recipe::OptimizerName::Muon: break;
+  }
+  throw std::logic_error("make_update_rule: optimizer.name muon has no element-wise rule of its own");
+}
+
+void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, double weight_decay, int64_t step,
+                int64_t copy_budget_bytes,
+                const std::function<void(std::vector<at::Tensor>& maxima)>& reduce_maxima) {
+  at::NoGradGuard no_grad;
+  // Slices [begin, end) of pieces, each closed once its fp32 copies reach the budget (so a slice
+  // may exceed it by one piece).
+  std::vector<std::pair<size_t, size_t>> slices;
+  int64_t copied = 0;
+  size_t begin = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    copied += p.geometry->length *
+              ((p.grad.scalar_type() == at::kFloat ? 0 : 4) + rule.widened_state_bytes(*p.geometry));
+    if (copied >= copy_budget_bytes) {
+      slices.emplace_back(begin, i + 1);
+      begin = i + 1;
+      copied = 0;
+    }
+  }
+  if (begin < pieces.size()) slices.emplace_back(begin, pieces.size());
+  const auto part = [&](const std::pair<size_t, size_t>& s) {
+    return std::vector<Piece>(pieces.begin() + long(s.first), pieces.begin() + long(s.second));
+  };
+  std::vector<at::Tensor> maxima;
+  if (rule.blockwise()) {
+    for (const auto& s : slices)
+      for (auto& m : rule.block_maxima(part(s))) maxima.push_back(std::move(m));
+    if (reduce_maxima) reduce_maxima(maxima);
+  }
+  for (const auto& s : slices) {
+    std::vector<at::Tensor> mine;
+    if (rule.blockwise()) mine.assign(maxima.begin() + long(s.first), maxima.begin() + long(s.second));
+    rule.update(part(s), lr, weight_decay, step, mine);
+  }
+}
+
+}  // namespace trainer::optim
