@@ -43,12 +43,31 @@ const QuantizationCode& AdamW8bitRule::code(bool is_signed, const at::Tensor& li
   return c;
 }
 
+namespace {
+// Whole flat blocks of 256 (rows a multiple of 256 columns, the piece from a block's start to a
+// block's end): the piece is then a [blocks, 256] matrix and each block's maximum broadcasts over
+// its row, with no per-element block index. The same products and quotients as through the
+// index: only cheaper.
+bool whole_blocks(const PieceGeometry& g) {
+  return g.row_length % kQuantBlock == 0 && g.offset % kQuantBlock == 0 && g.length % kQuantBlock == 0;
+}
+}  // namespace
+
 AdamW8bitRule::Moments AdamW8bitRule::new_moments(const Piece& piece) const {
   const std::vector<at::Tensor>& s = *piece.state;
-  const at::Tensor g = piece.grad.to(at::kFloat);
-  const at::Tensor ids = block_ids(*piece.geometry, g.options());
-  const at::Tensor m_old = dequantize(code(true, g), s[kAvgCode]).mul_(s[kAvgMax].index_select(0, ids));
-  const at::Tensor v_old = dequantize(code(false, g), s[kSqCode]).mul_(s[kSqMax].index_select(0, ids));
+  at::Tensor g = piece.grad.to(at::kFloat);
+  at::Tensor ids, avg_max, sq_max;
+  if (whole_blocks(*piece.geometry)) {
+    g = g.view({-1, kQuantBlock});
+    avg_max = s[kAvgMax].unsqueeze(1);
+    sq_max = s[kSqMax].unsqueeze(1);
+  } else {
+    ids = block_ids(*piece.geometry, g.options());
+    avg_max = s[kAvgMax].index_select(0, ids);
+    sq_max = s[kSqMax].index_select(0, ids);
+  }
+  const at::Tensor m_old = dequantize(code(true, g), s[kAvgCode]).view(g.sizes()).mul_(avg_max);
+  const at::Tensor v_old = dequantize(code(false, g), s[kSqCode]).view(g.sizes()).mul_(sq_max);
   return {blend(m_old, config_.beta1(), g), blend(v_old, config_.beta2(), at::mul(g, g)), ids};
 }
 
@@ -64,6 +83,12 @@ std::vector<AdamW8bitRule::Run> AdamW8bitRule::runs(const Piece& piece) const {
       const int64_t block = grid.block_of(stop);
       stop = std::min(end, grid.block_begin(block) > begin ? grid.block_begin(block) : grid.block_end(block));
     }
+    // A piece beginning or ending inside a block: that part block is a run of its own, so that the
+    // runs between are whole blocks (whole_blocks).
+    const int64_t head_block = grid.block_of(begin);
+    if (grid.block_begin(head_block) < begin) stop = std::min(stop, grid.block_end(head_block));
+    const int64_t tail_begin = grid.block_begin(grid.block_of(end - 1));
+    if (begin < tail_begin && stop > tail_begin && grid.block_end(grid.block_of(end - 1)) != end) stop = tail_begin;
     Run run;
     run.geometry = g;
     run.geometry.offset = begin;
@@ -98,10 +123,15 @@ std::vector<at::Tensor> AdamW8bitRule::block_maxima(const std::vector<Piece>& pi
     at::Tensor maxima = at::zeros({2, blocks}, piece.weight.options());
     for (const Run& run : runs(piece)) {
       const Moments mo = new_moments(run.piece);
-      // Runs begin at block boundaries: only the piece's first block can be shared with a run before.
+      // Runs begin and end at block boundaries inside the piece: no block spans two runs.
       at::Tensor mine = maxima.narrow(1, run.first_block, run.blocks);
-      mine[0].scatter_reduce_(0, mo.block_ids, mo.m.abs(), "amax");
-      mine[1].scatter_reduce_(0, mo.block_ids, mo.v.abs(), "amax");
+      if (mo.block_ids.defined()) {
+        mine[0].scatter_reduce_(0, mo.block_ids, mo.m.abs(), "amax");
+        mine[1].scatter_reduce_(0, mo.block_ids, mo.v.abs(), "amax");
+      } else {
+        mine[0].copy_(std::get<0>(mo.m.abs().max(1)));
+        mine[1].copy_(std::get<0>(mo.v.abs().max(1)));
+      }
     }
     out.push_back(maxima);
   }
@@ -116,9 +146,10 @@ void AdamW8bitRule::update(const std::vector<Piece>& pieces, double lr, double w
   const double bias_correction2_sqrt = std::sqrt(1 - std::pow(b2, double(step)));
   // PyTorch's AdamW: decay, then weight -= step_size * m / (sqrt(v) / sqrt(bc2) + eps).
   const auto apply = [&](const Piece& piece, const at::Tensor& m, const at::Tensor& v) {
-    if (piece.geometry->decay && weight_decay != 0) piece.weight.mul_(1 - lr * weight_decay);
+    const at::Tensor weight = piece.weight.view(m.sizes());
+    if (piece.geometry->decay && weight_decay != 0) weight.mul_(1 - lr * weight_decay);
     const at::Tensor denominator = at::add(at::div(v.sqrt(), bias_correction2_sqrt), config_.eps);
-    piece.weight.sub_(at::mul(at::div(m, denominator), step_size));
+    weight.sub_(at::mul(at::div(m, denominator), step_size));
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& piece = pieces[i];
@@ -140,10 +171,11 @@ void AdamW8bitRule::update(const std::vector<Piece>& pieces, double lr, double w
       const at::Tensor run_max = mx.narrow(1, run.first_block, run.blocks);
       for (int row = 0; row < 2; ++row) {
         const at::Tensor block_max = run_max[row];
-        const at::Tensor divisor =
-            at::where(block_max > 0, block_max, at::ones_like(block_max)).index_select(0, mo.block_ids);
+        const at::Tensor safe = at::where(block_max > 0, block_max, at::ones_like(block_max));
+        const at::Tensor divisor = mo.block_ids.defined() ? safe.index_select(0, mo.block_ids) : safe.unsqueeze(1);
         const at::Tensor& moment = row == 0 ? mo.m : mo.v;
-        run.state[size_t(row == 0 ? kAvgCode : kSqCode)].copy_(quantize(code(row == 0, moment), at::div(moment, divisor)));
+        run.state[size_t(row == 0 ? kAvgCode : kSqCode)].copy_(
+            quantize(code(row == 0, moment), at::div(moment, divisor)).view({-1}));
       }
     }
     s[kAvgMax].copy_(mx[0]);

@@ -36,8 +36,9 @@ class AdamW8bitRule final : public UpdateRule {
 
  private:
   struct Moments {
-    at::Tensor m, v;       // fp32, the updated moments of the piece
-    at::Tensor block_ids;  // int64 [length]: each element's block, counted from the piece's first
+    at::Tensor m, v;       // fp32, the updated moments of the piece ([blocks, 256] for whole blocks)
+    at::Tensor block_ids;  // int64 [length]: each element's block, counted from the piece's first;
+                           // undefined for a piece of whole flat blocks (moments [blocks, 256])
   };
   // The piece's moments after this step's gradient (nothing stored).
   Moments new_moments(const Piece& piece) const;

@@ -1001,7 +1001,7 @@ TEST_CASE("dist: all five dimensions on 8 ranks reproduce the single-process los
     REQUIRE(m.size() == 20);
     const double worst = max_relative_difference(references[c.recipe], m);
     WARN(c.name << ": largest relative loss difference " << worst);
-    CHECK(worst < c.tolerance);
+    CHECK(worst < 1e-5);
   }
   // The 5-D MoE checkpoint of step 10 on two other meshes: pp 2 x cp 2 x dp 2 with ep 4 (no tp), and
   // one process. (The micro-batches stay those of 4 sequences: the load-balancing loss is per
@@ -1150,7 +1150,7 @@ void check_zero_cases(int stage, const std::vector<ZeroCase>& cases) {
     REQUIRE(r.exit_code == 0);
     const size_t at = c.parallel.find("zero=");
     const std::string ran = at == std::string::npos ? std::to_string(stage) : c.parallel.substr(at + 5, 1);
-    CHECK(r.out.find("ZeRO-" + ran + " over") != std::string::npos);
+    if (ran != "0") CHECK(r.out.find("ZeRO-" + ran + " over") != std::string::npos);
     const auto m = read_jsonl(file);
     REQUIRE(m.size() == 20);
     const double worst = max_relative_difference(reference, m);
@@ -1212,7 +1212,7 @@ TEST_CASE("dist: ZeRO-3 reproduces the single-process loss curve at dp 2 3 and 4
   });
 }
 
-TEST_CASE("dist: 8-bit AdamW - Lion and AdamW with bf16 moments reproduce their single-process loss curves under ZeRO 1-3 at dp 2 3 and 4 - hybrid 2x2 and tp2", "[dist][zero][optim]") {
+TEST_CASE("dist: 8-bit AdamW - Lion and AdamW with bf16 moments reproduce their single-process loss curves under ZeRO 1-3 at dp 2 3 and 4 - hybrid 2x2 - tp2 - pp2 and ep2", "[dist][zero][optim]") {
   // tiny-llama's matrices are all quantised (at least 4096 elements); down_proj's rows of 352
   // columns are two blocks (256 and 96), so shard boundaries cut blocks inside rows and between
   // them. Under tp2 the rows of o_proj and (intermediate 256) down_proj are split in halves that
@@ -1225,13 +1225,19 @@ TEST_CASE("dist: 8-bit AdamW - Lion and AdamW with bf16 moments reproduce their 
       {"adamw8bit dp4 hybrid 2x2 zero3", kTiny, 4, eight, " --set parallel.zero=3 --set parallel.dp_shard=2", 1e-4},
       {"adamw8bit tp2 sp dp2", kTiny, 4, eight + " --set model.intermediate_size=256",
        " --set parallel.tp=2 --set parallel.sequence_parallel=true", 1e-4},
+      {"adamw8bit tp2 zero0", kTiny, 2, eight + " --set model.intermediate_size=256",
+       " --set parallel.tp=2 --set parallel.zero=0", 1e-4},
+      {"adamw8bit pp2 dp2", kTiny, 4, eight, " --set parallel.pp=2", 1e-4},
+      // Routing amplifies the flipped codes further (step by step: 2e-8 at step 2, 5e-7 at step 9, one
+      // step at 1.1e-4 by step 14, where fp32 AdamW stays at 3.5e-8).
+      {"adamw8bit moe ep2 edp2 zero3", kTinyMoe, 4, eight, " --set parallel.ep=2 --set parallel.zero=3", 5e-4},
       {"lion dp3 three micro-batches", kTiny, 3,
        " --set optimizer.name=lion --set optimizer.betas=[0.9,0.99] --set optimizer.lr=1e-3" + kThreePerRank, ""},
       {"bf16 moments dp2 zero3", kTiny, 2, " --set optimizer.state_dtype=bf16", " --set parallel.zero=3"},
   });
 }
 
-TEST_CASE("dist: an 8-bit AdamW checkpoint saved at dp 4 under ZeRO-3 resumes bit-identically there and continues at dp 1 and at dp 2 ZeRO-1", "[dist][zero][optim]") {
+TEST_CASE("dist: an 8-bit AdamW checkpoint saved at dp 4 under ZeRO-3 resumes bit-identically there and continues at dp 1 and at dp 2 ZeRO-1 - one saved at tp 2 at tp 1", "[dist][zero][optim]") {
   TempDir dir;
   const std::string trainer = trainer_binary() + " run " + kTiny + " --set optimizer.name=adamw8bit";
   const std::string ck = dir.path() + "/ck";
@@ -1264,6 +1270,24 @@ TEST_CASE("dist: an 8-bit AdamW checkpoint saved at dp 4 under ZeRO-3 resumes bi
     else
       CHECK(worst < 1e-5);
   }
+  // Saved at tp 2 (o_proj's and down_proj's rows of 128 and 256 columns split in halves: one block per
+  // row, held by both tp ranks, saved once), resumed at tp 1 and dp 2.
+  const std::string narrow = trainer + " --set model.intermediate_size=256";
+  const std::string ck_tp = dir.path() + "/ck-tp";
+  const auto tp2 = bash(narrow + " --nproc-per-node 2 --set parallel.tp=2 --set checkpoint.dir=" + ck_tp +
+                        " --set checkpoint.interval=10 --set checkpoint.keep=0" + common_sets(dir.path() + "/tp2.jsonl"));
+  INFO(tp2.out << tp2.err);
+  REQUIRE(tp2.exit_code == 0);
+  const auto tp_manifest = nlohmann::json::parse(read_file(ck_tp + "/step-00000010/manifest.json"));
+  CHECK(tp_manifest["tensors"]["optimizer.exp_avg_absmax.model.layers.0.self_attn.o_proj.weight"]["global_shape"] ==
+        nlohmann::json::array({128, 1}));
+  const auto tp1 = bash(narrow + " --nproc-per-node 2 --set checkpoint.resume=" + ck_tp + "/step-00000010" +
+                        common_sets(dir.path() + "/tp1.jsonl"));
+  INFO(tp1.out << tp1.err);
+  REQUIRE(tp1.exit_code == 0);
+  const double tp_worst = difference_after_resume(read_jsonl(dir.path() + "/tp2.jsonl"), read_jsonl(dir.path() + "/tp1.jsonl"));
+  WARN("8-bit AdamW saved at tp 2, resumed at tp 1 dp 2: largest relative loss difference after resuming: " << tp_worst);
+  CHECK(tp_worst < 1e-4);
   // Another optimizer cannot take over this state: refused before anything trains.
   const auto other = bash(trainer_binary() + " run " + kTiny + " --set optimizer.name=lion --set checkpoint.resume=" + ck +
                           "/step-00000010" + common_sets(dir.path() + "/lion.jsonl"));

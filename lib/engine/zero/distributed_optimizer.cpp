@@ -65,8 +65,6 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
   for (const Fragment& fr : fragments_) {
     const model::Parameter& p = params_[fr.param];
     geometry_.push_back(optim::piece_geometry(p, fr.param_offset, fr.length));
-    for (const auto& spec : rule_->state_specs(geometry_.back()))
-      if (spec.per_block) optim::check_block_split(p);
     states_.push_back(rule_->make_state(geometry_.back(), masters_[fr.bucket].options()));
   }
   if (rule_->blockwise()) {
@@ -75,6 +73,9 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       const auto specs = rule_->state_specs(optim::piece_geometry(p, 0, p.tensor.numel()));
       return std::any_of(specs.begin(), specs.end(), [](const optim::StateSpec& s) { return s.per_block; });
     };
+    // Every parameter, not only those with a fragment here: every rank refuses alike.
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (quantized(i)) optim::check_block_split(params_[i]);
     cut_blocks_ = std::make_unique<CutBlocks>(buckets, params_, quantized);
   }
   if (zero3) zero3_gathers_ = std::make_unique<Zero3Gathers>(buckets, params, *zero3);

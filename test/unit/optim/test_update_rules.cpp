@@ -200,16 +200,17 @@ TEST_CASE("8-bit AdamW: the same update and state however the parameters are cut
   // A matrix with rows of 300 columns (blocks of 256 and 44 per row), one of 40 columns (a block
   // per row), a small matrix and a vector that keep fp32 moments. Cuts inside blocks, at block
   // boundaries, one element from the end, as dp 1 to 4 and ZeRO shards would place them.
-  const std::vector<std::vector<int64_t>> shapes = {{5, 300}, {23, 40}, {3, 9}, {50}};
+  // And rows of 512 (whole flat blocks: the broadcast path between a piece's part blocks).
+  const std::vector<std::vector<int64_t>> shapes = {{5, 300}, {23, 40}, {3, 9}, {50}, {4, 512}};
   recipe::OptimizerConfig config;
   config.name = recipe::OptimizerName::AdamW8bit;
   config.min_8bit_size = 100;
-  const Outcome whole = run_cut(shapes, {{}, {}, {}, {}}, config, 4);
+  const Outcome whole = run_cut(shapes, {{}, {}, {}, {}, {}}, config, 4);
   const std::vector<std::vector<std::vector<int64_t>>> meshes = {
-      {{750}, {460}, {13}, {25}},                       // two shards
-      {{500, 1000}, {306, 613}, {9, 18}, {17, 34}},     // three
-      {{1, 256, 257, 1499}, {40, 41, 919}, {26}, {1}},  // boundaries at and next to block edges
-      {{100, 600, 1200}, {5, 230, 700}, {7, 8, 20}, {10, 30, 49}}};
+      {{750}, {460}, {13}, {25}, {1024}},                             // two shards
+      {{500, 1000}, {306, 613}, {9, 18}, {17, 34}, {683, 1366}},      // three
+      {{1, 256, 257, 1499}, {40, 41, 919}, {26}, {1}, {255, 1793}},  // boundaries at and next to block edges
+      {{100, 600, 1200}, {5, 230, 700}, {7, 8, 20}, {10, 30, 49}, {300, 512, 1000, 2047}}};
   for (const auto& cuts : meshes)
     for (const int64_t run : {optim::AdamW8bitRule::kRunElements, int64_t(100)}) {  // runs of 100: cut at blocks
       const Outcome cut = run_cut(shapes, cuts, config, 4, run);
