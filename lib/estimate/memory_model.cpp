@@ -127,7 +127,11 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     // Widened bf16 moments, or 8-bit AdamW's runs: fp32 temporaries of a slice of the shard.
     const double covered = cost.transient_per_tensor ? std::min(shard, largest_tensor) : shard;
     const double slice = cost.transient_elements_cap > 0 ? std::min(covered, cost.transient_elements_cap) : 0.0;
-    sm.optimizer_step_transient = copies + cost.transient_bytes_per_element * slice;
+    // 8-bit AdamW without a per-element block index where the matrices' rows are whole blocks.
+    const bool whole_blocks = shape.hidden % 256 == 0 && shape.ffn % 256 == 0;
+    const double per_element = whole_blocks && cost.transient_bytes_whole_blocks > 0 ? cost.transient_bytes_whole_blocks
+                                                                                    : cost.transient_bytes_per_element;
+    sm.optimizer_step_transient = copies + per_element * slice;
   }
   sm.model_buffers = double(shape.rotary_dim() / 2) * 4.0;
   if (zero >= 2 && data_parallel) {

@@ -29,6 +29,7 @@ OptimizerCost optimizer_cost(const recipe::OptimizerConfig& o, int64_t e) {
       c.vector_bytes = 8;
       c.step_bytes = common + 760;
       c.transient_bytes_per_element = 40;
+      c.transient_bytes_whole_blocks = 28;
       c.transient_elements_cap = double(int64_t(1) << 22);
       c.transient_per_tensor = true;
       break;

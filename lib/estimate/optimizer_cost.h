@@ -19,6 +19,8 @@ struct OptimizerCost {
   double transient_bytes_per_element = 0;
   double transient_elements_cap = 0;
   bool transient_per_tensor = false;  // the temporaries cover one tensor (8-bit runs), not a slice of many
+  // 8-bit AdamW over rows of a multiple of 256 columns (whole flat blocks, no per-element block index).
+  double transient_bytes_whole_blocks = 0;
 };
 
 OptimizerCost optimizer_cost(const recipe::OptimizerConfig& optimizer, int64_t parameter_bytes);
