@@ -331,6 +331,27 @@ class Checker {
                                      o.warmup_steps, o.min_lr));
   }
 
+  // 8-bit AdamW's blocks of 256 columns (optim/block_grid.h) must not be cut by a tensor-parallel
+  // split of a longer row: the row-parallel matrices (o_proj; down_proj, whose experts split by
+  // etp). The optimizer refuses the same when it is built (optim/state_layout.cpp), for any matrix.
+  void optimizer_rules() {
+    const auto& o = r_.optimizer;
+    if (o.name != OptimizerName::AdamW8bit) return;
+    const auto& m = r_.model;
+    const auto& p = r_.parallel;
+    const auto check = [&](const std::string& matrix, int64_t columns, int64_t ways, const char* key) {
+      if (ways <= 1 || columns <= 256 || columns % ways != 0 || (columns / ways) % 256 == 0) return;
+      if (m.hidden_size * columns < o.min_8bit_size) return;  // keeps fp32 moments
+      add("optimizer.name=adamw8bit: {} has {} columns, split by parallel.{}={} into {} per rank, which cuts its "
+          "8-bit blocks of 256 columns; use a {} that leaves a multiple of 256 columns per rank, or "
+          "optimizer.name=adamw",
+          matrix, columns, key, ways, columns / ways, key);
+    };
+    check("o_proj", m.num_attention_heads * (m.mla ? m.mla->v_head_dim : m.head_dim), p.tp, "tp");
+    if (!m.moe) check("down_proj", m.intermediate_size, p.tp, "tp");
+    if (m.moe) check("the experts' down_proj", m.moe->moe_intermediate_size, p.etp, "etp");
+  }
+
   void profiling_rules() {
     const auto& pr = r_.profiling;
     if (pr.steps.empty()) return;
@@ -496,6 +517,7 @@ std::vector<std::string> validate_recipe(const Recipe& recipe, std::optional<int
   checker.moe_rules();
   checker.parallel_rules();
   checker.training_rules();
+  checker.optimizer_rules();
   checker.data_rules();
   checker.profiling_rules();
   checker.checkpoint_rules();

@@ -64,6 +64,17 @@ TEST_CASE("rule: the MLP width vs tp", "[recipe][rules]") {
                  {"model.intermediate_size=510 is not divisible by parallel.tp=4", "use tp in {1, 2, 3, 5, 6, 10, 15}"});
 }
 
+TEST_CASE("rule: 8-bit AdamW's blocks of 256 columns are not cut by a tp split of longer rows", "[recipe][rules]") {
+  // down_proj's 512 columns at tp 4: 128 per rank.
+  expect_problem({"optimizer.name=adamw8bit", "parallel.tp=4"}, std::nullopt,
+                 {"optimizer.name=adamw8bit", "down_proj has 512 columns", "parallel.tp=4 into 128 per rank",
+                  "optimizer.name=adamw"});
+  CHECK(problems_of({"optimizer.name=adamw8bit", "parallel.tp=2"}).empty());  // 256 per rank
+  CHECK(problems_of({"optimizer.name=adamw", "parallel.tp=4"}).empty());
+  // A matrix under min_8bit_size keeps fp32 moments: nothing to cut.
+  CHECK(problems_of({"optimizer.name=adamw8bit", "parallel.tp=4", "optimizer.min_8bit_size=1000000"}).empty());
+}
+
 TEST_CASE("rule: any vocabulary under tp - it is padded and never refused", "[recipe][rules]") {
   // The embedding and LM head are padded to a multiple of make_vocab_size_divisible_by x tp.
   CHECK(problems_of({"model.vocab_size=1001", "parallel.tp=4"}).empty());
