@@ -124,7 +124,7 @@ Outcome run_cut(const std::vector<std::vector<int64_t>>& shapes, const std::vect
 }
 }  // namespace
 
-TEST_CASE("the dynamic code: 256 ascending values, 0 and 1 exact, and quantisation picks the nearest", "[optim]") {
+TEST_CASE("the dynamic code: 256 ascending values - 0 and 1 exact - quantisation picks the nearest", "[optim]") {
   for (const bool is_signed : {true, false}) {
     const at::Tensor values = optim::dynamic_code(is_signed);
     REQUIRE(values.numel() == 256);
