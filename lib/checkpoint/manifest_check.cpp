@@ -345,10 +345,12 @@ std::string parameter_of_optimizer_state(const std::string& name) {
 }
 
 std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype,
-                                                  const std::vector<int64_t>& shape, const json& optimizer) {
+                                                  const std::vector<int64_t>& shape, const json& optimizer,
+                                                  const std::function<bool(const std::string&)>& has) {
   const std::string kind = optimizer.is_object() ? optimizer.value("name", "adamw") : "adamw";
   std::vector<std::string> states = {"exp_avg", "exp_avg_sq"};
   if (kind == "lion") states = {"momentum"};
+  if (kind == "muon" && shape.size() == 2 && !has("optimizer.exp_avg." + name)) states = {"momentum"};
   if (kind == "adamw8bit") {
     int64_t numel = 1;
     for (const int64_t d : shape) numel *= d;
@@ -375,8 +377,10 @@ std::vector<std::string> missing_training_state(const json& m) {
     if (name.rfind("model.", 0) != 0 && name != "lm_head.weight") continue;
     const json optimizer = m.contains("recipe") && m.at("recipe").contains("optimizer") ? m.at("recipe").at("optimizer")
                                                                                          : json();
+    const auto has = [&](const std::string& tensor) { return tensors.contains(tensor); };
     for (const auto& state : required_optimizer_state(name, *manifest_dtype(record.at("dtype").get<std::string>()),
-                                                      record.at("global_shape").get<std::vector<int64_t>>(), optimizer))
+                                                      record.at("global_shape").get<std::vector<int64_t>>(), optimizer,
+                                                      has))
       if (!tensors.contains(state)) missing.insert(state);
   }
   return {missing.begin(), missing.end()};

@@ -63,9 +63,13 @@ std::string parameter_of_optimizer_state(const std::string& name);
 // `optimizer` (the recipe's optimizer section; null or without a name: AdamW): its step count, the
 // fp32 master weights unless the parameter is itself fp32 (then it is its own master), and the
 // optimizer's state (AdamW: exp_avg and exp_avg_sq; Lion: momentum; 8-bit AdamW: the codes and
-// block maxima of each moment, or fp32 moments for vectors and tensors under min_8bit_size).
+// block maxima of each moment, or fp32 moments for vectors and tensors under min_8bit_size; Muon:
+// momentum for layer matrices, AdamW's moments for the rest). `has` says whether the checkpoint
+// holds a tensor: Muon's layer matrices are the matrices without AdamW moments (which matrices
+// are layer matrices is the model's knowledge, model::Parameter::layer_matrix).
 std::vector<std::string> required_optimizer_state(const std::string& name, c10::ScalarType dtype,
-                                                  const std::vector<int64_t>& shape, const nlohmann::json& optimizer);
+                                                  const std::vector<int64_t>& shape, const nlohmann::json& optimizer,
+                                                  const std::function<bool(const std::string&)>& has);
 
 // What a resume needs and the manifest's tensors lack, in name order: the required optimizer
 // state (above) of every parameter, and the parameter of every optimizer state.

@@ -185,6 +185,35 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     tb.optimizer_s = shard * optimizer_cost(r.optimizer, job.shape.dtype_bytes).step_bytes /
                          (gpu.hbm_bytes_per_s * gpu.hbm_efficiency) +
                      optimizer_kernels * gpu.kernel_overhead_s;
+    if (r.optimizer.name == recipe::OptimizerName::Muon) {
+      // Muon (engine/whole_matrices.h): each layer matrix orthogonalised whole by one owner among
+      // the ranks holding it (tp x the ZeRO shard group; replicas compute the same), in fp32 GEMMs;
+      // its inputs travel to the owner and back, an all-to-all each way in the shard group and in
+      // the tp group.
+      const MuonWork w = muon_work(r);
+      const double layers = double(stage.layers.size()), moe_layers = double(stage.moe_layers);
+      const double local_experts = r.model.moe ? double(r.model.moe->num_local_experts) / double(mesh.ep) : 0.0;
+      const bool sharded = p.zero >= 1 && mesh.dp * mesh.cp > 1;
+      const double dense_owners = double(mesh.tp) * (sharded ? dense_ranks : 1.0);
+      const double expert_owners = double(mesh.etp) * (sharded ? expert_ranks : 1.0);
+      const double flops = (layers * w.attention + (layers - moe_layers) * w.dense_mlp + moe_layers * w.shared_experts) /
+                               dense_owners +
+                           moe_layers * local_experts * w.expert / expert_owners;
+      tb.optimizer_s += flops / (gpu.fp32_flops * gpu.gemm_efficiency);
+      const double dense_matrices = 4.0 * double(stage.params.dense - stage.params.norm - stage.params.tables);
+      const double expert_matrices = 4.0 * double(stage.params.expert);
+      double exchange = 0;
+      if (sharded)
+        exchange += collective_seconds(CommKind::AllToAll, dense_matrices / dense_ranks, placement.dp_cp_shard, gpu) +
+                    collective_seconds(CommKind::AllToAll, expert_matrices / expert_ranks, placement.edp, gpu);
+      // Each rank assembles about its share of the slices, then sends them within tp.
+      if (mesh.tp > 1)
+        exchange += collective_seconds(CommKind::AllToAll, dense_matrices / (sharded ? dense_ranks : 1.0), placement.tp, gpu);
+      if (mesh.etp > 1)
+        exchange +=
+            collective_seconds(CommKind::AllToAll, expert_matrices / (sharded ? expert_ranks : 1.0), placement.etp, gpu);
+      tb.optimizer_s += 2 * exchange;  // there and back
+    }
     tb.step_s = tb.microbatch_s * double(m) + tb.bubble_s + tb.dp_exposed_s + tb.param_gather_s + tb.optimizer_s;
     // The host launches asynchronously; when its launches take longer than the GPU's work, the GPU
     // waits for it (tiny models: launch-bound).
@@ -268,6 +297,7 @@ JobEstimate estimate_job(const recipe::Recipe& recipe, const recipe::MeshShape& 
   memory.reshard_after_forward = recipe.parallel.reshard_after_forward();
   memory.grad_bytes = double(recipe::bytes_of(recipe.parallel.grad_reduce_dtype));
   memory.optimizer = recipe.optimizer;
+  if (recipe.optimizer.name == recipe::OptimizerName::Muon) memory.muon_temporaries = muon_work(recipe).largest_temporaries;
   memory.gpu = gpu;
   memory.describe_peak = options.describe_peak;
   for (const auto& stage : job.stages) {

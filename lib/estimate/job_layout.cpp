@@ -103,6 +103,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
     if (s.last) s.unit_params.push_back(dense_gathered ? H + (tied_here ? 0 : V_rank * H) : 0);
     if (s.first) {
       s.params.dense += V_rank * H;
+      s.params.tables += V_rank * H;
       s.params.tensors += 1;
     }
     if (s.last && job.counts.mtp_modules > 0) {
@@ -111,6 +112,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       const LayerParams lp = layer_params(r, job.counts, job.counts.mtp_moe);
       const int64_t own = 2 * H * H + 3 * H, copy = embedding_stage != head_stage && !m.tie_word_embeddings ? V_rank * H : 0;
       s.params.dense += job.counts.mtp_modules * (lp.dense + own) + copy;
+      s.params.tables += copy;
       s.params.expert += job.counts.mtp_modules * lp.expert;
       s.params.norm += job.counts.mtp_modules * (lp.norm + 3 * H);
       s.params.tensors += job.counts.mtp_modules * (lp.tensors + 4) + (copy > 0 ? 1 : 0);
@@ -141,6 +143,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
       // The LM head; a tied head is the embedding on its stage, or a copy on another.
       if (!m.tie_word_embeddings || embedding_stage != head_stage) {
         s.params.dense += V_rank * H;
+        s.params.tables += V_rank * H;
         s.params.tensors += 1;
       }
     }

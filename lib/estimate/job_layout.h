@@ -19,6 +19,7 @@ struct StageParams {
   int64_t dense = 0;
   int64_t expert = 0;
   int64_t norm = 0;      // of the dense ones: norm weights (no weight decay)
+  int64_t tables = 0;    // of the dense ones: the embedding and the LM head (and copies of them)
   int64_t tensors = 0;   // parameter tensors (the optimizer keeps a step counter for each)
   int64_t total() const { return dense + expert; }
 };

@@ -105,8 +105,11 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
   // fp32 block maxima on matrices, fp32 moments on norms), and a step count per tensor.
   const OptimizerCost cost = optimizer_cost(options.optimizer, int64_t(e));
   const double norm_shard = zero >= 1 ? double(stage.params.norm) / dense_ranks : double(stage.params.norm);
-  sm.optimizer_states = cost.master_bytes * sharded(1) + cost.matrix_bytes * (sharded(1) - norm_shard) +
-                        cost.vector_bytes * norm_shard + 4.0 * double(stage.params.tensors);
+  const double table_shard = zero >= 1 ? double(stage.params.tables) / dense_ranks : double(stage.params.tables);
+  const double matrix_shard = sharded(1) - norm_shard - table_shard;
+  sm.optimizer_states = cost.master_bytes * sharded(1) + cost.matrix_bytes * matrix_shard +
+                        cost.table_bytes * table_shard + cost.vector_bytes * norm_shard +
+                        4.0 * double(stage.params.tensors);
   const double largest_tensor =
       double(std::max({shape.vocab * shape.hidden, shape.ffn * shape.hidden, shape.expert_ffn * shape.hidden}));
   // A typical gradient bucket: buckets close at the first parameter that takes them past
@@ -132,6 +135,22 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
     const double per_element = whole_blocks && cost.transient_bytes_whole_blocks > 0 ? cost.transient_bytes_whole_blocks
                                                                                     : cost.transient_bytes_per_element;
     sm.optimizer_step_transient = copies + per_element * slice;
+    if (cost.matrix_inputs_bytes > 0) {
+      // Muon. First the layer matrices' inputs all at once, and, when tp splits them or ZeRO shards
+      // them, the exchange's send and receive buffers; then, beside the inputs (or the whole
+      // matrices) the Newton-Schulz temporaries of a whole matrix on its owner; then the update:
+      // the orthogonalised inputs while AdamW updates the rest (its gradient copies and widened
+      // bf16 moments).
+      const bool exchanged = mesh.tp > 1 || mesh.etp > 1 || (zero >= 1 && data_parallel);
+      const double others = shard - matrix_shard;
+      const double adam_copies = options.grad_bytes != 4 ? std::min(4.0 * others, copy_budget + 4.0 * largest_tensor) : 0.0;
+      const double adam_slice = cost.transient_elements_cap > 0 ? std::min(others, cost.transient_elements_cap) : 0.0;
+      const double orthogonalize = cost.matrix_inputs_bytes * matrix_shard + options.muon_temporaries;
+      const double exchange = exchanged ? std::max(cost.matrix_exchange_bytes * matrix_shard, orthogonalize) : orthogonalize;
+      const double update =
+          cost.matrix_inputs_bytes * matrix_shard + adam_copies + cost.transient_bytes_per_element * adam_slice;
+      sm.optimizer_step_transient = std::max(exchange, update);
+    }
   }
   sm.model_buffers = double(shape.rotary_dim() / 2) * 4.0;
   if (zero >= 2 && data_parallel) {

@@ -57,6 +57,7 @@ struct MemoryOptions {
   // the parameter dtype's (parallel.grad_reduce_dtype bf16).
   double grad_bytes = 4;
   recipe::OptimizerConfig optimizer;     // the state it keeps (optimizer_cost.h)
+  double muon_temporaries = 0;           // optimizer.name muon: muon_work(recipe).largest_temporaries
   const HardwareProfile* gpu = nullptr;  // nullptr: CPU (no workspace, no overhead, no fragmentation)
   bool describe_peak = true;             // false: leave the peak_phase texts empty (faster)
 };

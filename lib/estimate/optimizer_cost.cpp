@@ -1,5 +1,9 @@
 #include "estimate/optimizer_cost.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 namespace trainer::estimate {
 
 OptimizerCost optimizer_cost(const recipe::OptimizerConfig& o, int64_t e) {
@@ -42,13 +46,71 @@ OptimizerCost optimizer_cost(const recipe::OptimizerConfig& o, int64_t e) {
       c.transient_per_tensor = true;
       break;
     case recipe::OptimizerName::Muon:
-      // Muon's momentum on matrices (the embedding and LM head take AdamW: counted as matrices here).
-      c.matrix_bytes = 4;
-      c.vector_bytes = 2 * s;
-      c.step_bytes = common + 4 + 8 + 16;
+      // A momentum on the layer matrices; AdamW's moments on the rest. The matrices' step: the
+      // momentum and the Nesterov input (about 40 bytes of element-wise traffic), the update (12);
+      // the Newton-Schulz products are compute (muon_work).
+      c.matrix_bytes = s;
+      c.table_bytes = c.vector_bytes = 2 * s;
+      c.step_bytes = common + 52;
+      if (s != 4) {
+        c.transient_bytes_per_element = 8;  // the tables' bf16 moments widened, as AdamW's
+        c.transient_elements_cap = double(int64_t(64) << 20) / 8;
+      }
+      c.matrix_inputs_bytes = 4;
+      c.matrix_exchange_bytes = 8;
       break;
   }
+  if (o.name != recipe::OptimizerName::Muon) c.table_bytes = c.matrix_bytes;
   return c;
+}
+
+MuonWork muon_work(const recipe::Recipe& r) {
+  const auto& m = r.model;
+  MuonWork w;
+  double largest = 0, largest_side = 0;
+  const auto ns = [&](const std::vector<std::pair<int64_t, int64_t>>& matrices) {
+    double flops = 0;
+    for (const auto& [rows, cols] : matrices) {
+      const double a = double(std::min(rows, cols)), b = double(std::max(rows, cols));
+      flops += 4 * a * a * b + 2 * a * a * a;
+      if (a * b > largest) {
+        largest = a * b;
+        largest_side = a;
+      }
+    }
+    return flops * double(r.optimizer.muon.ns_steps);
+  };
+  const int64_t H = m.hidden_size, heads = m.num_attention_heads;
+  const int64_t kv = m.num_key_value_heads > 0 ? m.num_key_value_heads : heads;
+  const int64_t hd = m.head_dim > 0 ? m.head_dim : (heads > 0 ? H / heads : 0);
+  if (m.mla) {
+    const auto& a = *m.mla;
+    const int64_t q_lora = a.q_lora_rank.value_or(0), qk = a.qk_head_dim();
+    std::vector<std::pair<int64_t, int64_t>> attention = {
+        {a.kv_lora_rank + a.qk_rope_head_dim, H},
+        {heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank},
+        {H, heads * a.v_head_dim}};
+    if (q_lora > 0) {
+      attention.push_back({q_lora, H});
+      attention.push_back({heads * qk, q_lora});
+    } else {
+      attention.push_back({heads * qk, H});
+    }
+    w.attention = ns(attention);
+  } else {
+    w.attention = ns({{heads * hd, H}, {kv * hd, H}, {kv * hd, H}, {H, heads * hd}});
+  }
+  const auto swiglu = [&](int64_t width) { return width > 0 ? ns({{width, H}, {width, H}, {H, width}}) : 0.0; };
+  w.dense_mlp = swiglu(m.intermediate_size);
+  if (m.moe) {
+    const int64_t width = m.moe->moe_intermediate_size > 0 ? m.moe->moe_intermediate_size : m.intermediate_size;
+    w.expert = swiglu(width);
+    w.shared_experts = swiglu(m.moe->num_shared_experts * width);
+  }
+  // The iteration on the largest matrix: the normalised input, X X^T, its square, the polynomial,
+  // and the new X beside the old (about 4 matrices and 3 squares of the smaller side).
+  w.largest_temporaries = 4.0 * (4 * largest + 3 * largest_side * largest_side);
+  return w;
 }
 
 }  // namespace trainer::estimate

@@ -179,6 +179,7 @@ GroupedExperts::GroupedExperts(ParameterSet& params, const std::string& prefix, 
     w1_.push_back(&params.create(name + "w1.weight", {intermediate, hidden}, InitKind::Normal, sharded(0)));
     w3_.push_back(&params.create(name + "w3.weight", {intermediate, hidden}, InitKind::Normal, sharded(0)));
     w2_.push_back(&params.create(name + "w2.weight", {hidden, intermediate}, InitKind::Normal, sharded(1)));
+    for (Parameter* p : {w1_.back(), w3_.back(), w2_.back()}) p->layer_matrix = true;
   }
   // Deferred parameters (ZeRO-3) have no values yet; their buckets place them.
   if (!has_storage(w1_.front()->tensor)) return;

@@ -39,6 +39,7 @@ Linear::Linear(ParameterSet& params, const std::string& name, int64_t in_feature
   if (kind == LinearKind::Column) shards = tp_shards(0, out_features, tp);
   if (kind == LinearKind::Row) shards = tp_shards(1, in_features, tp);
   param_ = &params.create(name, {out_features, in_features}, InitKind::Normal, std::move(shards));
+  param_->layer_matrix = true;  // a router clears it (moe.cpp); the LM head is made by lm_head()
 }
 
 std::vector<ShardSpec> vocab_shards(int64_t vocab, int64_t padded_vocab, const TensorParallel& tp) {

@@ -42,6 +42,7 @@ Moe::Moe(ParameterSet& params, const std::string& prefix, const recipe::ModelCon
   router_ = Linear(params, prefix + "gate.weight", config.hidden_size, num_experts_, LinearKind::Replicated, tp);
   // Each tp rank routes other tokens: the router's gradient is summed over tp as well.
   if (tp.sp()) params.all().back().grad_group = mesh::GroupKind::TpDpCp;
+  params.all().back().layer_matrix = false;  // Muon leaves routers to AdamW
   const size_t before = params.all().size();
   if (num_experts_ % ep.size != 0)
     throw std::logic_error(fmt::format("{} experts do not split over ep = {}", num_experts_, ep.size));

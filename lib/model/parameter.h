@@ -62,6 +62,10 @@ struct Parameter {
   // group (its edp group, times the other stages' ranks) hold it; the other ep ranks hold other
   // experts.
   bool expert = false;
+  // A weight matrix of a layer's linear map (attention, feed-forward, each expert's, MTP's
+  // projection; not the embedding, the LM head or a router): Muon orthogonalises its update as a
+  // whole matrix (optim/muon_rule.h).
+  bool layer_matrix = false;
 
   // Where the gradient goes. Without gradient buffers: tensor.grad(), as autograd would. With
   // them (engine::GradBuckets installs both): main_grad is this parameter's view of its bucket

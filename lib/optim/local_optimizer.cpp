@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <utility>
+
 #include "optim/state_layout.h"
 
 namespace trainer::optim {
@@ -34,14 +36,23 @@ void LocalOptimizer::step(double lr) {
     pieces.push_back({masters_.empty() ? p.detach().view({-1}) : masters_[i].view({-1}), grad.reshape({-1}), steps_[i],
                       &states_[i], &geometry_[i]});
   }
-  std::function<void(std::vector<at::Tensor>&)> reduce;
+  const auto param_of = [&](const Piece& piece) { return size_t(piece.geometry - geometry_.data()); };
+  CrossPiece cross;
   if (reduce_maxima_)
-    reduce = [&](std::vector<at::Tensor>& maxima) {
+    cross.reduce_maxima = [&](std::vector<at::Tensor>& maxima) {
       std::vector<const model::Parameter*> owners;
-      for (const Piece& piece : pieces) owners.push_back(&params_[size_t(piece.geometry - geometry_.data())]);
+      for (const Piece& piece : pieces) owners.push_back(&params_[param_of(piece)]);
       reduce_maxima_(owners, maxima);
     };
-  run_update(*rule_, pieces, lr, weight_decay_, steps_taken_ + 1, copy_budget_bytes_, reduce);
+  if (assemble_matrices_)
+    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs) {
+      std::vector<at::Tensor> by_parameter(params_.size());
+      // Moved, not copied: the assembler lets go of each input once it is sent.
+      for (size_t k = 0; k < pieces.size(); ++k) by_parameter[param_of(pieces[k])] = std::move(inputs[k]);
+      assemble_matrices_(by_parameter);
+      for (size_t k = 0; k < pieces.size(); ++k) inputs[k] = std::move(by_parameter[param_of(pieces[k])]);
+    };
+  run_update(*rule_, pieces, lr, weight_decay_, steps_taken_ + 1, copy_budget_bytes_, cross);
   if (!masters_.empty())
     for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.detach().copy_(masters_[i]);
   ++steps_taken_;

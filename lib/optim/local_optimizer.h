@@ -48,6 +48,11 @@ class LocalOptimizer {
   // parameters without blocks).
   using MaximaReducer = std::function<void(const std::vector<const model::Parameter*>&, std::vector<at::Tensor>&)>;
   void set_maxima_reducer(MaximaReducer reducer) { reduce_maxima_ = std::move(reducer); }
+  // Whole-matrix rules (Muon) with matrices split across ranks (tp): given the rule's matrix
+  // inputs by parameter index (undefined for the rest), replaces each by its part of the rule's
+  // orthogonalize() of the whole matrix. Unset: every matrix must be whole here.
+  using MatrixAssembler = std::function<void(std::vector<at::Tensor>& inputs_by_parameter)>;
+  void set_matrix_assembler(MatrixAssembler assembler) { assemble_matrices_ = std::move(assembler); }
 
   // Optimizer state by name for checkpoints ("optimizer.exp_avg.<param>", ..., "optimizer.master.<param>",
   // and "optimizer.step.<param>"); the tensors are the live state.
@@ -64,6 +69,7 @@ class LocalOptimizer {
   std::vector<std::vector<at::Tensor>> states_;
   std::vector<PieceGeometry> geometry_;
   MaximaReducer reduce_maxima_;
+  MatrixAssembler assemble_matrices_;
   double weight_decay_;
   int64_t steps_taken_ = 0;
 };

@@ -26,6 +26,11 @@ PieceGeometry piece_geometry(const model::Parameter& p, int64_t offset, int64_t 
   g.row_length = p.tensor.dim() > 0 ? p.tensor.size(-1) : 1;
   g.global_numel = product(p.global_shape);
   g.decay = p.weight_decay;
+  g.matrix = p.layer_matrix && p.global_shape.size() == 2;
+  if (g.matrix) {
+    g.rows = p.global_shape[0];
+    g.cols = p.global_shape[1];
+  }
   return g;
 }
 

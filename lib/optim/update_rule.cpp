@@ -4,10 +4,12 @@
 #include <ATen/core/grad_mode.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "optim/adamw8bit_rule.h"
 #include "optim/adamw_rule.h"
 #include "optim/lion_rule.h"
+#include "optim/muon_rule.h"
 
 namespace trainer::optim {
 
@@ -25,14 +27,13 @@ std::unique_ptr<UpdateRule> make_update_rule(const recipe::OptimizerConfig& conf
     case recipe::OptimizerName::AdamW: return std::make_unique<AdamWRule>(config);
     case recipe::OptimizerName::AdamW8bit: return std::make_unique<AdamW8bitRule>(config);
     case recipe::OptimizerName::Lion: return std::make_unique<LionRule>(config);
-    case recipe::OptimizerName::Muon: break;
+    case recipe::OptimizerName::Muon: return std::make_unique<MuonRule>(config);
   }
-  throw std::logic_error("make_update_rule: optimizer.name muon has no element-wise rule of its own");
+  throw std::logic_error("make_update_rule: unknown optimizer.name");
 }
 
 void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, double weight_decay, int64_t step,
-                int64_t copy_budget_bytes,
-                const std::function<void(std::vector<at::Tensor>& maxima)>& reduce_maxima) {
+                int64_t copy_budget_bytes, const CrossPiece& cross) {
   at::NoGradGuard no_grad;
   // Slices [begin, end) of pieces, each closed once its fp32 copies reach the budget (so a slice
   // may exceed it by one piece).
@@ -53,15 +54,28 @@ void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, d
   const auto part = [&](const std::pair<size_t, size_t>& s) {
     return std::vector<Piece>(pieces.begin() + long(s.first), pieces.begin() + long(s.second));
   };
-  std::vector<at::Tensor> maxima;
+  std::vector<at::Tensor> combined;
   if (rule.blockwise()) {
     for (const auto& s : slices)
-      for (auto& m : rule.block_maxima(part(s))) maxima.push_back(std::move(m));
-    if (reduce_maxima) reduce_maxima(maxima);
+      for (auto& m : rule.block_maxima(part(s))) combined.push_back(std::move(m));
+    if (cross.reduce_maxima) cross.reduce_maxima(combined);
+  } else if (rule.whole_matrices()) {
+    combined = rule.matrix_inputs(pieces);
+    if (cross.orthogonalize) {
+      cross.orthogonalize(combined);
+    } else {
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (!combined[i].defined()) continue;
+        const PieceGeometry& g = *pieces[i].geometry;
+        if (g.offset != 0 || g.length != g.rows * g.cols)
+          throw std::logic_error("run_update: " + g.parameter + " is not whole here and no one assembles it");
+        combined[i] = rule.orthogonalize(combined[i].view({g.rows, g.cols})).reshape({-1});
+      }
+    }
   }
   for (const auto& s : slices) {
     std::vector<at::Tensor> mine;
-    if (rule.blockwise()) mine.assign(maxima.begin() + long(s.first), maxima.begin() + long(s.second));
+    if (!combined.empty()) mine.assign(combined.begin() + long(s.first), combined.begin() + long(s.second));
     rule.update(part(s), lr, weight_decay, step, mine);
   }
 }

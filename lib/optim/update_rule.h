@@ -1,11 +1,13 @@
 #pragma once
-// The element-wise part of an optimizer: how a flat piece of a parameter is updated from its
-// gradient and what state it keeps (AdamW with fp32 or bf16 moments, 8-bit AdamW, Lion). The
+// The update of an optimizer over flat pieces of parameters: how a piece is updated from its
+// gradient and what state it keeps (AdamW with fp32 or bf16 moments, 8-bit AdamW, Lion; Muon,
+// whose layer matrices are updated from their whole orthogonalised matrix). The
 // replicated optimizer (local_optimizer.h) hands a rule whole parameters, the distributed optimizer
 // of ZeRO (engine/zero/distributed_optimizer.h) the fragments of its shards; a rule updates every
 // element the same way whichever pieces it gets, so the update does not depend on the mesh (8-bit
 // blocks are the parameter's own, block_grid.h: a block cut between pieces gets its maximum from
-// all of them through block_maxima and the caller's reduction).
+// all of them through block_maxima and the caller's reduction; Muon's matrices are assembled
+// whole by the caller, engine/whole_matrices.h).
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -27,6 +29,9 @@ struct PieceGeometry {
   int64_t dims = 1;            // dimensions of the parameter
   int64_t global_numel = 0;    // elements of the whole parameter (all ranks' slices)
   bool decay = true;           // takes weight decay
+  // A layer's weight matrix (model::Parameter::layer_matrix) of `rows` x `cols` in all (global).
+  bool matrix = false;
+  int64_t rows = 0, cols = 0;
   BlockGrid grid() const { return BlockGrid::of_row_length(row_length); }
 };
 
@@ -61,11 +66,21 @@ class UpdateRule {
   virtual bool blockwise() const { return false; }
   virtual std::vector<at::Tensor> block_maxima(const std::vector<Piece>& /*pieces*/) const { return {}; }
 
+  // Whole-matrix rules (Muon): pieces of layer matrices (PieceGeometry::matrix) are updated from
+  // a function of their whole matrix. matrix_inputs() advances their momentum and returns, per
+  // piece, the fp32 values [length] to orthogonalise (undefined for pieces updated element-wise);
+  // the caller assembles each matrix from its pieces on every rank (rows x cols, row-major), calls
+  // orthogonalize() on it once, and passes each piece its part of the result to update().
+  virtual bool whole_matrices() const { return false; }
+  virtual std::vector<at::Tensor> matrix_inputs(const std::vector<Piece>& /*pieces*/) { return {}; }
+  virtual at::Tensor orthogonalize(const at::Tensor& matrix) const { return matrix; }
+
   // One update of every piece at learning rate lr, `step` being the step count after it (1 on the
   // first); the pieces' step tensors advance by one. weight_decay applies to pieces whose geometry
-  // says so. maxima: block_maxima's, reduced (blockwise rules only).
+  // says so. combined, one per piece: block_maxima's, reduced (blockwise rules), or each piece's
+  // part of its orthogonalised matrix (whole-matrix rules); empty for other rules.
   virtual void update(const std::vector<Piece>& pieces, double lr, double weight_decay, int64_t step,
-                      const std::vector<at::Tensor>& maxima) = 0;
+                      const std::vector<at::Tensor>& combined) = 0;
 
   // Bytes per element of fp32 copies of state that update() keeps for a whole slice of pieces at
   // once (run_update counts them against its copy budget beside the widened gradients).
@@ -75,15 +90,24 @@ class UpdateRule {
   virtual std::string describe() const = 0;
 };
 
-// The rule of optimizer.name (all but Muon's matrices), with its settings.
+// The rule of optimizer.name, with its settings.
 std::unique_ptr<UpdateRule> make_update_rule(const recipe::OptimizerConfig& config);
+
+// What the caller does across pieces and ranks between a rule's passes.
+struct CrossPiece {
+  // Blockwise rules: the maximum of each block over every rank holding part of it (null when no
+  // block is shared).
+  std::function<void(std::vector<at::Tensor>& maxima)> reduce_maxima;
+  // Whole-matrix rules: replaces each piece's matrix input by its part of the rule's
+  // orthogonalize() of the whole matrix (null: every matrix is whole in one piece here).
+  std::function<void(std::vector<at::Tensor>& inputs)> orthogonalize;
+};
 
 // Runs a rule over pieces in slices whose fp32 gradient copies stay near `copy_budget_bytes`
 // (gradients that are not fp32 are widened a slice at a time; results do not depend on the budget).
-// Blockwise rules take two passes: maxima over all slices, `reduce_maxima` (the cross-rank maximum;
-// may be null when no block is shared), then the updates.
+// Blockwise rules take two passes: maxima over all slices, cross.reduce_maxima, then the updates;
+// whole-matrix rules: the matrix inputs of every piece at once, cross.orthogonalize, the updates.
 void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, double weight_decay, int64_t step,
-                int64_t copy_budget_bytes,
-                const std::function<void(std::vector<at::Tensor>& maxima)>& reduce_maxima);
+                int64_t copy_budget_bytes, const CrossPiece& cross);
 
 }  // namespace trainer::optim

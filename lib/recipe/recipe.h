@@ -532,7 +532,7 @@ struct MuonConfig {
 
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::AdamW;
-  Precision state_dtype = Precision::FP32;  // AdamW's moments
+  Precision state_dtype = Precision::FP32;  // AdamW's moments, Lion's and Muon's momentum
   int64_t min_8bit_size = 4096;
   MuonConfig muon;
   double lr = 3e-4;
@@ -553,11 +553,12 @@ struct OptimizerConfig {
         "of a parameter, an fp32 absmax each, the same blocks on every mesh); `lion`: one "
         "momentum, the update its sign (use betas [0.9, 0.99] and a 3-10x smaller lr than AdamW's); "
         "`muon`: orthogonalised momentum for the 2-D weight matrices of the layers (attention and "
-        "feed-forward, each expert's separately), AdamW for embeddings, the LM head, norms, biases "
-        "and routers (not built yet: `trainer run` refuses it). See [optimizers.md](optimizers.md).");
+        "feed-forward, each expert's separately, each whole on every mesh), AdamW with the same lr "
+        "and betas for embeddings, the LM head, norms, biases and routers. See "
+        "[optimizers.md](optimizers.md).");
     t.key("state_dtype", &OptimizerConfig::state_dtype, any(),
-        "dtype of AdamW's two moments (`adamw`, and the AdamW part of `muon`); the master weights "
-        "stay fp32.");
+        "dtype of the optimizer's state: AdamW's two moments (`adamw`, and the AdamW part of "
+        "`muon`), Lion's and Muon's momentum; the master weights stay fp32.");
     t.key("min_8bit_size", &OptimizerConfig::min_8bit_size, at_least(1),
         "`adamw8bit`: parameters with fewer elements than this (norms, biases, small tensors) keep "
         "fp32 moments, as bitsandbytes does.");

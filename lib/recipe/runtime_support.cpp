@@ -19,15 +19,13 @@ void for_each_unsupported(const Recipe& r, F&& unsupported) {
 }  // namespace
 
 bool runtime_supports(const Recipe& r) {
-  bool supported = r.optimizer.name != OptimizerName::Muon;
+  bool supported = true;
   for_each_unsupported(r, [&](const char*, int64_t) { supported = false; });
   return supported;
 }
 
 std::vector<std::string> runtime_support_problems(const Recipe& r) {
   std::vector<std::string> problems;
-  if (r.optimizer.name == OptimizerName::Muon)
-    problems.push_back("optimizer.name=\"muon\": not built yet (issue 37); use \"adamw\", \"adamw8bit\" or \"lion\"");
   for_each_unsupported(r, [&](const std::string& name, int64_t value) {
     if (name == "dp_shard")
       problems.push_back(fmt::format("parallel.dp_shard={}: hybrid sharding is implemented for dense models (expert "

@@ -19,6 +19,18 @@ ReplicatedOptimizer::ReplicatedOptimizer(model::ParameterSet& params, const reci
                                           std::vector<at::Tensor>& maxima) {
     engine::reduce_split_rows(groups, owners, maxima);
   });
+  if (optimizer_.rule().whole_matrices()) {
+    // Every rank holds its whole tp slice of each matrix: the tp group assembles the matrices.
+    std::vector<engine::WholeMatrices::Held> held;
+    const auto& all = params.all();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i].layer_matrix && all[i].global_shape.size() == 2 && all[i].tensor.numel() > 0)
+        held.push_back({i, nullptr, 0, 0, int64_t(i)});
+    whole_matrices_ = std::make_unique<engine::WholeMatrices>(groups, all, std::move(held));
+    optimizer_.set_matrix_assembler([this](std::vector<at::Tensor>& inputs) {
+      whole_matrices_->orthogonalize(inputs, [this](const at::Tensor& m) { return optimizer_.rule().orthogonalize(m); });
+    });
+  }
 }
 
 std::vector<checkpoint::TensorRecord> ReplicatedOptimizer::checkpoint_records() const {

@@ -4,6 +4,7 @@
 // (optim::LocalOptimizer with the recipe's rule).
 #include <memory>
 
+#include "engine/whole_matrices.h"
 #include "mesh/process_groups.h"
 #include "optim/local_optimizer.h"
 #include "train/optimizer.h"
@@ -31,6 +32,7 @@ class ReplicatedOptimizer final : public Optimizer {
   const mesh::ProcessGroups& groups_;
   // mutable: optim::LocalOptimizer::state() hands out the live tensors, which checkpoint_records() only reads.
   mutable optim::LocalOptimizer optimizer_;
+  std::unique_ptr<engine::WholeMatrices> whole_matrices_;  // Muon: matrices split by tp
 };
 
 }  // namespace trainer::train

@@ -234,16 +234,18 @@ engine::StateReader optimizer_state_reader(const checkpoint::LoadedCheckpoint& l
                    const std::vector<int64_t>& shape) -> std::optional<at::Tensor> {
     if (loaded.contains(name)) return loaded.read(name, offsets, shape);
     // What trainer writes for the state's parameter decides whether the state may be missing (only
-    // the master weights of a parameter stored in fp32: it is its own).
+    // the master weights of a parameter stored in fp32: it is its own). Any other state the
+    // optimizer asks for is needed.
     const std::string parameter = checkpoint::parameter_of_optimizer_state(name);
-    if (loaded.contains(parameter)) {
+    if (name.rfind("optimizer.master.", 0) == 0 && loaded.contains(parameter)) {
       const nlohmann::json& m = loaded.manifest();
       const nlohmann::json& record = m.at("tensors").at(parameter);
       const auto dtype = checkpoint::manifest_dtype(record.at("dtype").get<std::string>());
       const nlohmann::json optimizer =
           m.contains("recipe") && m.at("recipe").contains("optimizer") ? m.at("recipe").at("optimizer") : nlohmann::json();
       const auto required = checkpoint::required_optimizer_state(
-          parameter, *dtype, record.at("global_shape").get<std::vector<int64_t>>(), optimizer);
+          parameter, *dtype, record.at("global_shape").get<std::vector<int64_t>>(), optimizer,
+          [&loaded](const std::string& tensor) { return loaded.contains(tensor); });
       if (std::find(required.begin(), required.end(), name) == required.end()) return std::nullopt;
     }
     throw UserError(fmt::format("{}: checkpoint has no tensor {}, which resuming needs (every parameter's optimizer state "

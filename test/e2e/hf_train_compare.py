@@ -9,8 +9,9 @@ As trainer does: per global batch, the summed token cross-entropy of each micro-
 global batch's target count, backward per micro-batch; the global gradient norm clipped to
 training.grad_clip; AdamW (the fused kernel trainer calls) with weight decay on matrices and none
 on vectors (norms, biases), or per optimizer.name and optimizer.state_dtype: AdamW with moments
-rounded to bf16 after every step, Lion, or 8-bit AdamW (block-wise dynamic quantisation of both
-moments, blocks of 256 columns of each row); the learning rate of lib/optim/lr_schedule.cpp (linear warm-up, then
+rounded to bf16 after every step, Lion, 8-bit AdamW (block-wise dynamic quantisation of both
+moments, blocks of 256 columns of each row), or Muon (the layers' matrices by name: every 2-D
+parameter but the embedding, the LM head and routers; AdamW for the rest); the learning rate of lib/optim/lr_schedule.cpp (linear warm-up, then
 cosine or linear decay to min_lr over the remaining steps). transformers adds no router loss
 (output_router_logits is false): trainer's run must set model.moe.router_aux_loss_coef 0.
 With --separator=ID (data.document_masking with data.document_separator_token ID): each sample is
@@ -168,9 +169,65 @@ class AdamWBf16Moments(torch.optim.Optimizer):
                 st["v"].copy_(v)
 
 
+class Muon(torch.optim.Optimizer):
+    """Keller Jordan's Muon with Moonlight's scale on the groups marked "muon": m = mu m + (1 - mu) g,
+    the input (1 - mu) g + mu m (Nesterov) or m, orthogonalised by Newton-Schulz in fp32, then
+    w = w (1 - lr wd) - lr scale O; torch's fused AdamW on the other groups."""
+
+    def __init__(self, groups, lr, betas, eps, muon):
+        super().__init__(groups, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0, "muon": False})
+        self.settings = muon
+
+    @staticmethod
+    def newton_schulz(g, steps):
+        tall = g.size(0) > g.size(1)
+        x = g.t() if tall else g
+        x = x / (torch.linalg.vector_norm(x) + 1e-7)
+        for _ in range(steps):
+            a = x @ x.t()
+            x = x * 3.4445 + (a * -4.7750 + (a @ a) * 2.0315) @ x
+        return (x.t() if tall else x).contiguous()
+
+    @torch.no_grad()
+    def step(self):
+        mu, nesterov = self.settings["momentum"], self.settings["nesterov"]
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                st = self.state[p]
+                if group["muon"]:
+                    if not st:
+                        st["m"] = torch.zeros_like(p)
+                    g = p.grad
+                    st["m"] = st["m"].mul(mu).add(g.mul(1 - mu))
+                    x = g.mul(1 - mu).add(st["m"].mul(mu)) if nesterov else st["m"]
+                    rows, cols = p.shape
+                    scale = (math.sqrt(max(1.0, rows / cols)) if self.settings["scale"] == "spectral"
+                             else 0.2 * math.sqrt(max(rows, cols)))
+                    p.mul_(1 - lr * wd)
+                    p.sub_(self.newton_schulz(x, self.settings["ns_steps"]) * (lr * scale))
+                    continue
+                if not st:
+                    st.update(m=torch.zeros_like(p), v=torch.zeros_like(p), step=torch.zeros((), dtype=torch.float32))
+                st["step"] += 1
+                b1, b2 = group["betas"]
+                torch._fused_adamw_([p], [p.grad], [st["m"]], [st["v"]], [], [st["step"]], lr=lr, beta1=b1, beta2=b2,
+                                    weight_decay=wd, eps=group["eps"], amsgrad=False, maximize=False)
+
+
 groups = [{"params": decay, "weight_decay": opt["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
 name = opt.get("name", "adamw")
-if name == "lion":
+if name == "muon":
+    def layer_matrix(n, p):
+        return p.ndim == 2 and n not in ("model.embed_tokens.weight", "lm_head.weight") and not n.endswith(".mlp.gate.weight")
+    named = list(model.named_parameters())
+    groups = [{"params": [p for n, p in named if layer_matrix(n, p)], "weight_decay": opt["weight_decay"], "muon": True},
+              {"params": [p for n, p in named if p.ndim >= 2 and not layer_matrix(n, p)],
+               "weight_decay": opt["weight_decay"]},
+              {"params": no_decay, "weight_decay": 0.0}]
+if name == "muon":
+    optimizer = Muon(groups, lr=opt["lr"], betas=betas, eps=opt["eps"], muon=opt["muon"])
+elif name == "lion":
     optimizer = Lion(groups, lr=opt["lr"], betas=betas)
 elif name == "adamw8bit":
     optimizer = AdamW8bit(groups, lr=opt["lr"], betas=betas, eps=opt["eps"], min_size=opt["min_8bit_size"])

@@ -226,7 +226,8 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak (ZeRO 0 to 3
 TEST_CASE("estimate: CPU peak memory within 5% of the measured peak for each optimizer and state dtype (parameter-heavy)", "[estimate][optim]") {
   // Short sequences: the optimizer's state is a large part of the peak. 8-bit AdamW: two bytes and
   // block maxima per matrix element, fp32 moments for the norms; Lion: one moment; AdamW with bf16
-  // moments: two bytes each. In bf16 every one keeps fp32 master weights too.
+  // moments: two bytes each; Muon: one moment on the layer matrices and the Newton-Schulz inputs
+  // (exchanged under tp and ZeRO). In bf16 every one keeps fp32 master weights too.
   const std::vector<std::string> heavy = {"model.hidden_size=256", "model.intermediate_size=768",
                                           "model.num_hidden_layers=4", "model.num_attention_heads=4",
                                           "model.num_key_value_heads=4", "training.seq_len=16",
@@ -244,6 +245,8 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak for each opt
       with({"optimizer.name=adamw8bit", "training.dtype=bf16"}),
       with({"optimizer.name=lion", "training.dtype=bf16"}),
       with({"optimizer.state_dtype=bf16", "training.dtype=bf16"}),
+      with({"optimizer.name=muon"}),
+      with({"optimizer.name=muon", "optimizer.state_dtype=bf16", "training.dtype=bf16"}),
   });
   // fp32: AdamW's 8 bytes of moments per parameter against 8-bit's about 2 and Lion's 4. bf16
   // moments keep 4 bytes, but the update widens them to fp32 in slices of up to 64 MiB: for a model
@@ -252,8 +255,12 @@ TEST_CASE("estimate: CPU peak memory within 5% of the measured peak for each opt
                                 << peaks[3]);
   CHECK(peaks[1] < peaks[2]);
   CHECK(peaks[2] < peaks[0]);
-  // And on 2 ranks under ZeRO-1 (the state of each rank's shard; 8-bit blocks cut by the shard).
-  check_accuracy(kTiny, {with({"optimizer.name=adamw8bit", "parallel.zero=1"}), with({"optimizer.name=lion", "parallel.zero=1"})}, 2);
+  // And on 2 ranks under ZeRO-1 (the state of each rank's shard; 8-bit blocks cut by the shard;
+  // Muon's matrices exchanged to their owners) and Muon at tp 2.
+  check_accuracy(kTiny,
+                 {with({"optimizer.name=adamw8bit", "parallel.zero=1"}), with({"optimizer.name=lion", "parallel.zero=1"}),
+                  with({"optimizer.name=muon", "parallel.zero=1"}), with({"optimizer.name=muon", "parallel.tp=2"})},
+                 2);
 }
 
 TEST_CASE("estimate: ZeRO-3 at 4 ranks keeps well under half of ZeRO-0's peak for a 16-layer parameter-heavy model - within 5% of the prediction", "[estimate]") {

@@ -216,7 +216,7 @@ TEST_CASE("hf: document masking trains as transformers run document by document 
   WARN(trained.out);
 }
 
-TEST_CASE("hf: Lion - 8-bit AdamW and AdamW with bf16 moments train as references written from their definitions",
+TEST_CASE("hf: Lion - 8-bit AdamW - AdamW with bf16 moments and Muon train as references written from their definitions",
           "[hf][optim]") {
   // 10 steps each on the same samples; the reference optimizers are written out in
   // hf_train_compare.py (PyTorch, fp32). min_8bit_size 1000 quantises every matrix of the model
@@ -240,7 +240,8 @@ TEST_CASE("hf: Lion - 8-bit AdamW and AdamW with bf16 moments train as reference
   const std::vector<std::vector<std::string>> optimizers = {
       {"optimizer.name=lion", "optimizer.betas=[0.9,0.99]", "optimizer.lr=3e-4"},
       {"optimizer.name=adamw8bit"},
-      {"optimizer.state_dtype=bf16"}};
+      {"optimizer.state_dtype=bf16"},
+      {"optimizer.name=muon"}};
   for (const auto& settings : optimizers) {
     const std::string metrics = dir.path() + "/" + settings.front() + ".jsonl";
     std::vector<std::string> options = {"--set", "model.init_from=" + hf, "--set", "logging.metrics_file=" + metrics};

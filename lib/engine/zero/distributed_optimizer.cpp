@@ -78,6 +78,21 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
       if (quantized(i)) optim::check_block_split(params_[i]);
     cut_blocks_ = std::make_unique<CutBlocks>(buckets, params_, quantized);
   }
+  if (rule_->whole_matrices()) {
+    // Every layer matrix of every bucket, in bucket order (the same list on every rank of a
+    // bucket's group), with this rank's fragment of it if it has one.
+    std::vector<WholeMatrices::Held> held;
+    for (size_t b = 0; b < all.size(); ++b)
+      for (size_t i = 0; i < all[b].params.size(); ++i) {
+        const size_t param = all[b].params[i];
+        if (!params_[param].layer_matrix || params_[param].global_shape.size() != 2) continue;
+        int64_t piece = -1;
+        for (size_t f = 0; f < fragments_.size(); ++f)
+          if (fragments_[f].bucket == b && fragments_[f].param == param) piece = int64_t(f);
+        held.push_back({param, all[b].comm, all[b].offsets[i], GradBuckets::shard_numel(all[b]), piece});
+      }
+    whole_matrices_ = std::make_unique<WholeMatrices>(buckets.groups(), params_, std::move(held));
+  }
   if (zero3) zero3_gathers_ = std::make_unique<Zero3Gathers>(buckets, params, *zero3);
 }
 
@@ -96,16 +111,20 @@ void DistributedOptimizer::step(double lr) {
                       &geometry_[f]});
     owners.push_back({fr.bucket, fr.param, &geometry_[f]});
   }
-  std::function<void(std::vector<at::Tensor>&)> reduce;
+  optim::CrossPiece cross;
   if (rule_->blockwise())
-    reduce = [&](std::vector<at::Tensor>& maxima) {
+    cross.reduce_maxima = [&](std::vector<at::Tensor>& maxima) {
       cut_blocks_->reduce(buckets_, owners, maxima);
       std::vector<const model::Parameter*> params;
       for (const auto& o : owners) params.push_back(&params_[o.param]);
       reduce_split_rows(buckets_.groups(), params, maxima);
     };
+  if (whole_matrices_)
+    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs) {
+      whole_matrices_->orthogonalize(inputs, [&](const at::Tensor& m) { return rule_->orthogonalize(m); });
+    };
   optim::run_update(*rule_, pieces, lr, config_.weight_decay, steps_taken_ + 1, optim::LocalOptimizer::kCopyBudgetBytes,
-                    reduce);
+                    cross);
   if (zero3_gathers_) {
     // ZeRO-3: the next forward gathers each unit from the updated shards.
     for (size_t b = 0; b < all.size(); ++b) copy_unless_same(zero3_gathers_->shard(b), masters_[b]);

@@ -28,6 +28,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "engine/block_maxima.h"
+#include "engine/whole_matrices.h"
 #include "optim/update_rule.h"
 #include "engine/grad_buckets.h"
 #include "engine/zero/zero3_gathers.h"
@@ -120,6 +121,7 @@ class DistributedOptimizer {
   std::vector<at::Tensor> masters_;
   std::vector<at::Tensor> steps_;                  // per fragment (the fused kernel wants one per tensor)
   std::unique_ptr<CutBlocks> cut_blocks_;          // blockwise rules: blocks cut by shard boundaries
+  std::unique_ptr<WholeMatrices> whole_matrices_;  // whole-matrix rules (Muon): their exchange
   int64_t steps_taken_ = 0;
 };
 

@@ -93,7 +93,7 @@ Outcome run_cut(const std::vector<std::vector<int64_t>>& shapes, const std::vect
           for (int r = 0; r < 2; ++r) maxima[j][r][b] = best[{owner[j].first, first + b}][size_t(r)];
       }
     };
-    optim::run_update(rule, pieces, 1e-2, 0.1, s + 1, int64_t(1) << 30, reduce);
+    optim::run_update(rule, pieces, 1e-2, 0.1, s + 1, int64_t(1) << 30, {reduce, nullptr});
   }
   Outcome out;
   out.weights = weights;
