@@ -115,7 +115,10 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> all_to_all(at::Tensor& output, const at::Tensor& input, const std::vector<int64_t>& out_splits,
                                    const std::vector<int64_t>& in_splits) override {
     check_all_to_all(describe("all_to_all", context_->step.load()), size(), output, input, out_splits, in_splits);
-    const int64_t row = input.dim() > 0 && input.size(0) > 0 ? input.numel() / input.size(0) : 0;
+    // Elements per row from the shape, not numel / rows: a rank that sends nothing (an input of
+    // zero rows) still receives whole rows.
+    int64_t row = 1;
+    for (int64_t d = 1; d < input.dim(); ++d) row *= input.size(d);
     const size_t element = input.element_size();
     return run("all_to_all", {output, input}, [&](cudaStream_t s) {
       ncclResult_t result = ncclGroupStart();

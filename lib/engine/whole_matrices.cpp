@@ -71,7 +71,8 @@ std::pair<int64_t, int64_t> WholeMatrices::Matrix::range(int64_t s) const {
 }
 
 WholeMatrices::WholeMatrices(const mesh::ProcessGroups& groups, const std::deque<model::Parameter>& params,
-                             std::vector<Held> held) {
+                             std::vector<Held> held, at::Device device)
+    : device_(device) {
   for (const Held& h : held) {
     const model::Parameter& p = params.at(h.param);
     if (p.global_shape.size() != 2 || p.shards.size() > 1)
@@ -133,12 +134,16 @@ int64_t WholeMatrices::owned() const {
 }
 
 void WholeMatrices::orthogonalize(std::vector<at::Tensor>& inputs,
-                                  const std::function<at::Tensor(const at::Tensor&)>& f) const {
+                                  const std::function<at::Tensor(const at::Tensor&)>& f,
+                                  const std::function<void()>& meanwhile) const {
   at::NoGradGuard no_grad;
-  if (matrices_.empty()) return;
-  at::TensorOptions options = at::TensorOptions().dtype(at::kFloat);
-  for (const at::Tensor& t : inputs)
-    if (t.defined()) options = t.options();
+  bool ran = false;
+  const auto run_meanwhile = [&] {
+    if (!ran && meanwhile) meanwhile();
+    ran = true;
+  };
+  if (matrices_.empty()) return run_meanwhile();
+  const at::TensorOptions options = at::TensorOptions().dtype(at::kFloat).device(device_);
   const auto piece_of = [&](const Matrix& m) -> const at::Tensor& {
     const at::Tensor& t = inputs.at(size_t(m.held.piece));
     const auto [lo, hi] = m.range(shard_rank(m));
@@ -168,6 +173,7 @@ void WholeMatrices::orthogonalize(std::vector<at::Tensor>& inputs,
   for (const Matrix& m : matrices_)
     if (m.held.piece >= 0) inputs[size_t(m.held.piece)] = at::Tensor();  // packed (or in slices)
   for (Exchange& x : exchanges) x.launch(options);
+  if (!exchanges.empty()) run_meanwhile();
   for (Exchange& x : exchanges) {
     x.finish();
     std::vector<std::vector<at::Tensor>> parts(n);
@@ -206,8 +212,13 @@ void WholeMatrices::orthogonalize(std::vector<at::Tensor>& inputs,
     if (!matrices_[i].split_group && owns(matrices_[i])) whole[i] = slices[i].view({matrices_[i].rows, matrices_[i].cols});
     slices[i] = at::Tensor();
   }
+  bool launched = false;
   for (Exchange& x : exchanges)
-    if (x.in.defined()) x.launch(options);
+    if (x.in.defined()) {
+      x.launch(options);
+      launched = true;
+    }
+  if (launched) run_meanwhile();
   for (Exchange& x : exchanges) {
     if (!x.work) continue;
     x.finish();
@@ -226,6 +237,7 @@ void WholeMatrices::orthogonalize(std::vector<at::Tensor>& inputs,
   }
 
   // 3. The owners' work.
+  run_meanwhile();
   std::vector<at::Tensor> results(n);
   for (size_t i = 0; i < n; ++i)
     if (owns(matrices_[i])) {

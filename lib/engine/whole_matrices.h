@@ -34,11 +34,17 @@ class WholeMatrices {
     int64_t shard_numel = 0;                     // elements of each rank's shard of the bucket
     int64_t piece = -1;                          // this rank's piece: index into the inputs (-1: none)
   };
-  WholeMatrices(const mesh::ProcessGroups& groups, const std::deque<model::Parameter>& params, std::vector<Held> held);
+  // `device`: where the exchange's buffers live (the optimizer's: a rank may hold no piece of any
+  // matrix and still assemble or own some).
+  WholeMatrices(const mesh::ProcessGroups& groups, const std::deque<model::Parameter>& params, std::vector<Held> held,
+                at::Device device);
 
   // inputs[piece] (fp32, [piece length]) are replaced by their part of f(whole matrix) for every
   // held matrix; f maps a rows x cols fp32 matrix to one of its shape. Collective over the groups.
-  void orthogonalize(std::vector<at::Tensor>& inputs, const std::function<at::Tensor(const at::Tensor&)>& f) const;
+  // `meanwhile` (may be null) runs once while the first exchange is in flight (or before the
+  // owners' work when nothing travels): other work of the step that does not need the matrices.
+  void orthogonalize(std::vector<at::Tensor>& inputs, const std::function<at::Tensor(const at::Tensor&)>& f,
+                     const std::function<void()>& meanwhile = nullptr) const;
 
   // Matrices this rank orthogonalises each step.
   int64_t owned() const;
@@ -61,6 +67,7 @@ class WholeMatrices {
   bool owns(const Matrix& m) const { return assembles_slice(m) && split_rank(m) == m.split_owner; }
 
   std::vector<Matrix> matrices_;
+  at::Device device_;
   // The groups in the order every rank runs their exchanges.
   std::vector<comm::Communicator*> shard_groups_, split_groups_;
 };

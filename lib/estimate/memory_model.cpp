@@ -136,20 +136,18 @@ StageMemory stage_memory(const JobLayout& job, const StageLayout& stage, const M
                                                                                     : cost.transient_bytes_per_element;
     sm.optimizer_step_transient = copies + per_element * slice;
     if (cost.matrix_inputs_bytes > 0) {
-      // Muon. First the layer matrices' inputs all at once, and, when tp splits them or ZeRO shards
-      // them, the exchange's send and receive buffers; then, beside the inputs (or the whole
-      // matrices) the Newton-Schulz temporaries of a whole matrix on its owner; then the update:
-      // the orthogonalised inputs while AdamW updates the rest (its gradient copies and widened
-      // bf16 moments).
+      // Muon. The layer matrices' inputs all at once, and, when tp splits them or ZeRO shards
+      // them, the exchange's send and receive buffers, while AdamW updates the rest (its gradient
+      // copies and widened bf16 moments); then, beside the inputs (or the whole matrices), the
+      // Newton-Schulz temporaries of a whole matrix on its owner.
       const bool exchanged = mesh.tp > 1 || mesh.etp > 1 || (zero >= 1 && data_parallel);
       const double others = shard - matrix_shard;
       const double adam_copies = options.grad_bytes != 4 ? std::min(4.0 * others, copy_budget + 4.0 * largest_tensor) : 0.0;
       const double adam_slice = cost.transient_elements_cap > 0 ? std::min(others, cost.transient_elements_cap) : 0.0;
+      const double travel = (exchanged ? cost.matrix_exchange_bytes : cost.matrix_inputs_bytes) * matrix_shard +
+                            adam_copies + cost.transient_bytes_per_element * adam_slice;
       const double orthogonalize = cost.matrix_inputs_bytes * matrix_shard + options.muon_temporaries;
-      const double exchange = exchanged ? std::max(cost.matrix_exchange_bytes * matrix_shard, orthogonalize) : orthogonalize;
-      const double update =
-          cost.matrix_inputs_bytes * matrix_shard + adam_copies + cost.transient_bytes_per_element * adam_slice;
-      sm.optimizer_step_transient = std::max(exchange, update);
+      sm.optimizer_step_transient = std::max(travel, orthogonalize);
     }
   }
   sm.model_buffers = double(shape.rotary_dim() / 2) * 4.0;

@@ -45,11 +45,11 @@ void LocalOptimizer::step(double lr) {
       reduce_maxima_(owners, maxima);
     };
   if (assemble_matrices_)
-    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs) {
+    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs, const std::function<void()>& meanwhile) {
       std::vector<at::Tensor> by_parameter(params_.size());
       // Moved, not copied: the assembler lets go of each input once it is sent.
       for (size_t k = 0; k < pieces.size(); ++k) by_parameter[param_of(pieces[k])] = std::move(inputs[k]);
-      assemble_matrices_(by_parameter);
+      assemble_matrices_(by_parameter, meanwhile);
       for (size_t k = 0; k < pieces.size(); ++k) inputs[k] = std::move(by_parameter[param_of(pieces[k])]);
     };
   run_update(*rule_, pieces, lr, weight_decay_, steps_taken_ + 1, copy_budget_bytes_, cross);

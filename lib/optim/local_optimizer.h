@@ -50,8 +50,10 @@ class LocalOptimizer {
   void set_maxima_reducer(MaximaReducer reducer) { reduce_maxima_ = std::move(reducer); }
   // Whole-matrix rules (Muon) with matrices split across ranks (tp): given the rule's matrix
   // inputs by parameter index (undefined for the rest), replaces each by its part of the rule's
-  // orthogonalize() of the whole matrix. Unset: every matrix must be whole here.
-  using MatrixAssembler = std::function<void(std::vector<at::Tensor>& inputs_by_parameter)>;
+  // orthogonalize() of the whole matrix, calling `meanwhile` while they travel. Unset: every
+  // matrix must be whole here.
+  using MatrixAssembler =
+      std::function<void(std::vector<at::Tensor>& inputs_by_parameter, const std::function<void()>& meanwhile)>;
   void set_matrix_assembler(MatrixAssembler assembler) { assemble_matrices_ = std::move(assembler); }
 
   // Optimizer state by name for checkpoints ("optimizer.exp_avg.<param>", ..., "optimizer.master.<param>",

@@ -61,9 +61,19 @@ void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, d
     if (cross.reduce_maxima) cross.reduce_maxima(combined);
   } else if (rule.whole_matrices()) {
     combined = rule.matrix_inputs(pieces);
+    // The pieces updated element-wise take their step while the matrices travel.
+    const auto element_wise = [&] {
+      for (const auto& s : slices) {
+        std::vector<Piece> mine;
+        for (size_t i = s.first; i < s.second; ++i)
+          if (!pieces[i].geometry->matrix) mine.push_back(pieces[i]);
+        if (!mine.empty()) rule.update(mine, lr, weight_decay, step, {});
+      }
+    };
     if (cross.orthogonalize) {
-      cross.orthogonalize(combined);
+      cross.orthogonalize(combined, element_wise);
     } else {
+      element_wise();
       for (size_t i = 0; i < pieces.size(); ++i) {
         if (!combined[i].defined()) continue;
         const PieceGeometry& g = *pieces[i].geometry;
@@ -72,6 +82,15 @@ void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, d
         combined[i] = rule.orthogonalize(combined[i].view({g.rows, g.cols})).reshape({-1});
       }
     }
+    std::vector<Piece> matrices;
+    std::vector<at::Tensor> orthogonalized;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].geometry->matrix) {
+        matrices.push_back(pieces[i]);
+        orthogonalized.push_back(std::move(combined[i]));
+      }
+    if (!matrices.empty()) rule.update(matrices, lr, weight_decay, step, orthogonalized);
+    return;
   }
   for (const auto& s : slices) {
     std::vector<at::Tensor> mine;

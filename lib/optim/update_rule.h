@@ -99,14 +99,17 @@ struct CrossPiece {
   // block is shared).
   std::function<void(std::vector<at::Tensor>& maxima)> reduce_maxima;
   // Whole-matrix rules: replaces each piece's matrix input by its part of the rule's
-  // orthogonalize() of the whole matrix (null: every matrix is whole in one piece here).
-  std::function<void(std::vector<at::Tensor>& inputs)> orthogonalize;
+  // orthogonalize() of the whole matrix (null: every matrix is whole in one piece here), calling
+  // `meanwhile` once while the matrices travel between ranks (or before, when none do).
+  std::function<void(std::vector<at::Tensor>& inputs, const std::function<void()>& meanwhile)> orthogonalize;
 };
 
 // Runs a rule over pieces in slices whose fp32 gradient copies stay near `copy_budget_bytes`
 // (gradients that are not fp32 are widened a slice at a time; results do not depend on the budget).
 // Blockwise rules take two passes: maxima over all slices, cross.reduce_maxima, then the updates;
-// whole-matrix rules: the matrix inputs of every piece at once, cross.orthogonalize, the updates.
+// whole-matrix rules: the matrix inputs of every piece at once, cross.orthogonalize, with the
+// element-wise pieces (Muon's AdamW part) updated while the matrices travel, then the matrices'
+// updates.
 void run_update(UpdateRule& rule, const std::vector<Piece>& pieces, double lr, double weight_decay, int64_t step,
                 int64_t copy_budget_bytes, const CrossPiece& cross);
 

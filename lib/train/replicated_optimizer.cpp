@@ -26,9 +26,11 @@ ReplicatedOptimizer::ReplicatedOptimizer(model::ParameterSet& params, const reci
     for (size_t i = 0; i < all.size(); ++i)
       if (all[i].layer_matrix && all[i].global_shape.size() == 2 && all[i].tensor.numel() > 0)
         held.push_back({i, nullptr, 0, 0, int64_t(i)});
-    whole_matrices_ = std::make_unique<engine::WholeMatrices>(groups, all, std::move(held));
-    optimizer_.set_matrix_assembler([this](std::vector<at::Tensor>& inputs) {
-      whole_matrices_->orthogonalize(inputs, [this](const at::Tensor& m) { return optimizer_.rule().orthogonalize(m); });
+    whole_matrices_ = std::make_unique<engine::WholeMatrices>(groups, all, std::move(held),
+                                                              all.empty() ? at::Device(at::kCPU) : all.front().tensor.device());
+    optimizer_.set_matrix_assembler([this](std::vector<at::Tensor>& inputs, const std::function<void()>& meanwhile) {
+      whole_matrices_->orthogonalize(
+          inputs, [this](const at::Tensor& m) { return optimizer_.rule().orthogonalize(m); }, meanwhile);
     });
   }
 }

@@ -106,6 +106,21 @@ void check_group(comm::Communicator& g, int64_t global_rank) {
   for (int64_t j = 0; j < n; ++j)
     expect_equal(receive.narrow(0, j * (r + 1), r + 1), at::full({r + 1, 2}, double(j * 100 + r), f),
                  name + " all_to_all");
+  // The last rank sends nothing (zero rows) and still receives a row from every rank (Muon's
+  // exchange and a rank routing no tokens do this).
+  if (n > 1) {
+    const bool last = r == n - 1;
+    std::vector<int64_t> send_rows(size_t(n), 0), receive_rows(size_t(n), 0);
+    if (last)
+      for (int64_t j = 0; j + 1 < n; ++j) receive_rows[size_t(j)] = 1;
+    else
+      send_rows[size_t(n - 1)] = 1;
+    at::Tensor nothing_or_one = at::full({last ? 0 : 1, 3}, double(r), f), got = at::empty({last ? n - 1 : 0, 3}, f);
+    g.all_to_all(got, nothing_or_one, receive_rows, send_rows)->wait();
+    if (last)
+      for (int64_t j = 0; j + 1 < n; ++j)
+        expect_equal(got.narrow(0, j, 1), at::full({1, 3}, double(j), f), name + " all_to_all from an empty send");
+  }
 
   // Batched send/recv around the ring.
   at::Tensor to_next = at::full({4}, double(global_rank), f), from_prev = at::empty({4}, f);

@@ -85,13 +85,16 @@ DistributedOptimizer::DistributedOptimizer(GradBuckets& buckets, model::Paramete
     for (size_t b = 0; b < all.size(); ++b)
       for (size_t i = 0; i < all[b].params.size(); ++i) {
         const size_t param = all[b].params[i];
-        if (!params_[param].layer_matrix || params_[param].global_shape.size() != 2) continue;
+        if (!params_[param].layer_matrix || params_[param].global_shape.size() != 2 ||
+            params_[param].tensor.numel() == 0)
+          continue;
         int64_t piece = -1;
         for (size_t f = 0; f < fragments_.size(); ++f)
           if (fragments_[f].bucket == b && fragments_[f].param == param) piece = int64_t(f);
         held.push_back({param, all[b].comm, all[b].offsets[i], GradBuckets::shard_numel(all[b]), piece});
       }
-    whole_matrices_ = std::make_unique<WholeMatrices>(buckets.groups(), params_, std::move(held));
+    whole_matrices_ = std::make_unique<WholeMatrices>(buckets.groups(), params_, std::move(held),
+                                                      masters_.empty() ? at::Device(at::kCPU) : masters_.front().device());
   }
   if (zero3) zero3_gathers_ = std::make_unique<Zero3Gathers>(buckets, params, *zero3);
 }
@@ -120,8 +123,8 @@ void DistributedOptimizer::step(double lr) {
       reduce_split_rows(buckets_.groups(), params, maxima);
     };
   if (whole_matrices_)
-    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs) {
-      whole_matrices_->orthogonalize(inputs, [&](const at::Tensor& m) { return rule_->orthogonalize(m); });
+    cross.orthogonalize = [&](std::vector<at::Tensor>& inputs, const std::function<void()>& meanwhile) {
+      whole_matrices_->orthogonalize(inputs, [&](const at::Tensor& m) { return rule_->orthogonalize(m); }, meanwhile);
     };
   optim::run_update(*rule_, pieces, lr, config_.weight_decay, steps_taken_ + 1, optim::LocalOptimizer::kCopyBudgetBytes,
                     cross);
