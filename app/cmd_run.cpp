@@ -1,9 +1,13 @@
 // trainer run RECIPE [--set K=V]... [--nproc-per-node N [--nnodes M --node-rank R]] [--dry-run] [--cpu]
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include <ATen/Context.h>
@@ -13,9 +17,11 @@
 #include "commands.h"
 #include "failure_report.h"
 #include "memory_fit.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/dir_claim.h"
 #include "core/error.h"
 #include "estimate/estimate_command.h"
+#include "metrics/metrics_file.h"
 #include "mesh/process_groups.h"
 #include "recipe/load.h"
 #include "runtime/cpu_threads.h"
@@ -41,6 +47,7 @@ struct RunOptions {
   bool cpu = false;
   bool force = false;  // take checkpoint.dir over even from a job that looks alive
   bool no_memory_check = false;  // start even when the estimate says the run does not fit
+  std::optional<int> max_restarts;  // --max-restarts; none: checkpoint.max_restarts
   std::vector<std::string> argv;  // the whole command line, for the local launcher
 };
 
@@ -78,13 +85,55 @@ class ClaimCleanup {
   ClaimCleanup& operator=(const ClaimCleanup&) = delete;
 };
 
+// The newest checkpoint in checkpoint.dir that this job committed (its manifest written at or after
+// `since`, the job's first start; 0: any), or none.
+std::optional<std::string> own_newest_checkpoint(const recipe::Recipe& recipe, int64_t since) {
+  if (!recipe.checkpoint.dir) return std::nullopt;
+  const auto newest = checkpoint::find_latest_checkpoint(*recipe.checkpoint.dir);
+  if (!newest) return std::nullopt;
+  struct stat manifest {};
+  if (::stat((*newest + "/manifest.json").c_str(), &manifest) != 0) return std::nullopt;
+  if (since > 0 && int64_t(manifest.st_mtime) < since) return std::nullopt;
+  return newest;
+}
+
+// A restarted job (runtime/launch_env.h: TRAINER_RESTART) resumes from the newest checkpoint it
+// committed, whatever checkpoint.resume says (that was the first start's choice); without one it
+// starts as the recipe says. Rank 0 says so and records the restart in the metrics file.
+recipe::LoadedRecipe load_for_restart(const RunOptions& options, const runtime::LaunchEnvironment& env,
+                                      recipe::LoadOptions load, recipe::LoadedRecipe loaded) {
+  const std::optional<std::string> newest = own_newest_checkpoint(loaded.recipe, env.restart_since);
+  if (newest) {
+    load.overrides.push_back("checkpoint.resume=" + *newest);
+    loaded = recipe::load_recipe(options.recipe_path, load);
+  }
+  if (env.rank != 0) return loaded;
+  std::printf("restart %lld: %s%s\n", (long long)env.restart,
+              newest ? fmt::format("resuming from {}, the newest checkpoint this job committed", *newest).c_str()
+                     : "no checkpoint of this job yet: starting as the recipe says",
+              env.restart_cause.empty() ? "" : fmt::format(" (after: {})", env.restart_cause).c_str());
+  if (const auto& path = loaded.recipe.logging.metrics_file) {
+    metrics::MetricsFile file(*path);
+    file.write(nlohmann::json{{"event", "restart"},
+                              {"restart", env.restart},
+                              {"cause", env.restart_cause},
+                              {"resume_from", newest ? nlohmann::json(*newest) : nlohmann::json()},
+                              {"unix_time", double(std::chrono::duration<double>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count())}});
+  }
+  return loaded;
+}
+
 int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env) {
   // First, so that a signal from here on is answered (and a second one removes the claim).
   runtime::StopSignal::install();
   recipe::LoadOptions load;
   load.overrides = options.overrides;
   load.world_size = env.world_size;
-  const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+  recipe::LoadedRecipe first = recipe::load_recipe(options.recipe_path, load);
+  const recipe::LoadedRecipe loaded =
+      env.restart > 0 ? load_for_restart(options, env, load, std::move(first)) : std::move(first);
   const runtime::DeviceAssignment device = assign_device(loaded, options, env.local_rank, env.local_world_size);
   const train::RunPlan plan = plan_supported_run(loaded, device);
   if (env.rank == 0) recipe::print_warnings(loaded, stderr);  // the same on every rank: once
@@ -160,7 +209,26 @@ int run_training(const RunOptions& options) {
   }
   const runtime::LaunchRequest request{options.nproc_per_node, options.nnodes, options.node_rank};
   runtime::check_launch_request(request, env);
-  if (runtime::starts_local_workers(request, env)) {
+  // Restarts need a launcher that outlives the workers: trainer's own, even for one worker.
+  int restarts = 0;
+  if (env.launcher == "none") {
+    if (options.max_restarts) {
+      restarts = *options.max_restarts;
+    } else {
+      recipe::LoadOptions load;
+      load.overrides = options.overrides;
+      load.world_size = int64_t(options.nproc_per_node) * options.nnodes;
+      restarts = int(recipe::load_recipe(options.recipe_path, load).recipe.checkpoint.max_restarts);
+    }
+    if (restarts > 0 && options.nnodes > 1)
+      throw UserError(fmt::format(
+          "restarts ({}) with --nnodes {}: every host's launcher would have to restart together; run the job under "
+          "Slurm (scripts/slurm/train.sbatch restarts the whole job) or set checkpoint.max_restarts=0",
+          options.max_restarts ? fmt::format("--max-restarts {}", *options.max_restarts)
+                               : fmt::format("checkpoint.max_restarts={}", restarts),
+          options.nnodes));
+  }
+  if (runtime::starts_local_workers(request, env) || restarts > 0) {
     // Check the recipe once here, so a bad one fails before any worker starts.
     recipe::LoadOptions load;
     load.overrides = options.overrides;
@@ -177,16 +245,27 @@ int run_training(const RunOptions& options) {
       checkpoint::DirClaim::check_not_claimed_by_other(*loaded.recipe.checkpoint.dir, {});
     runtime::LocalLaunchOptions launch = runtime::local_launch_options(request);
     launch.argv = options.argv;
+    launch.max_restarts = restarts;
     return runtime::launch_local_workers(launch);
   }
   runtime::check_no_local_launch_under_launcher(request, env);
-  if (env.world_size == 1) return run_worker(options, env);
+  if (options.max_restarts && *options.max_restarts > 0)
+    throw UserError(fmt::format(
+        "--max-restarts restarts the workers trainer starts itself, but {} started this one: restart the whole job "
+        "from outside: scripts/restart_job --max-restarts N srun|mpirun ... (scripts/slurm/train.sbatch does so; "
+        "docs/distributed.md#restarts)",
+        env.launcher == "slurm" ? "srun" : env.launcher == "openmpi" || env.launcher == "pmi" ? "mpirun" : "a launcher"));
+  if (env.world_size == 1 && env.failure_dir.empty()) return run_worker(options, env);
   // Several ranks: name this one in every error, so the failing rank is obvious in the job's log.
+  // Under a launcher that restarts the job, the message also goes to its failure directory.
   try {
     return run_worker(options, env);
   } catch (const std::exception&) {
-    // A stop signal reached every rank: its message once per node.
-    return report_failure({env.rank, env.local_rank == 0});
+    FailureScope scope;
+    if (env.world_size > 1) scope.rank = env.rank;
+    scope.print_interrupt = env.local_rank == 0;  // a stop signal reached every rank: its message once per node
+    if (!env.failure_dir.empty()) scope.record_file = fmt::format("{}/rank-{}.txt", env.failure_dir, env.rank);
+    return report_failure(scope);
   }
 }
 
@@ -212,6 +291,10 @@ CommandAction add_run_command(CLI::App& parent) {
                     "Take checkpoint.dir over even when another job's claim on it looks alive");
   command->add_flag("--no-memory-check", options->no_memory_check,
                     "Start even when the estimated peak memory per rank exceeds what the device has");
+  command->add_option("--max-restarts", options->max_restarts,
+                      "Without a launcher: when a worker dies, fails or hangs, restart every worker from the newest "
+                      "committed checkpoint, at most N times (default: checkpoint.max_restarts)")
+      ->check(CLI::NonNegativeNumber);
   return [options] {
     // The workers get the same command line minus --nproc-per-node.
     options->argv = {"trainer", "run", options->recipe_path};

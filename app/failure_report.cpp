@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -11,30 +12,47 @@
 
 namespace trainer::app {
 
-int report_failure(const FailureScope& scope) {
+namespace {
+
+struct Report {
+  std::string text;  // what stderr gets ("" for nothing)
+  int code = kExitRuntimeFailure;
+};
+
+Report describe_current_exception(const FailureScope& scope) {
   const std::string rank = scope.rank ? fmt::format("rank {}: ", *scope.rank) : "";
   try {
     throw;
   } catch (const UserError& e) {
-    std::fprintf(stderr, "%s\n", prefix_lines(e.what(), rank + "error: ").c_str());
-    return kExitUsageError;
+    return {prefix_lines(e.what(), rank + "error: "), kExitUsageError};
+  } catch (const Diverged& e) {
+    return {fmt::format("{}training failed: {}", rank, e.what()), kExitDiverged};
   } catch (const TrainingFailure& e) {
-    std::fprintf(stderr, "%straining failed: %s\n", rank.c_str(), e.what());
-    return kExitRuntimeFailure;
+    return {fmt::format("{}training failed: {}", rank, e.what()), kExitRuntimeFailure};
   } catch (const runtime::Interrupted& e) {
-    if (scope.print_interrupt) std::fprintf(stderr, "%s\n", e.what());
-    return e.exit_code();  // 130 for SIGINT, 143 for SIGTERM, as a shell reports a process they killed
+    // 130 for SIGINT, 143 for SIGTERM, as a shell reports a process they killed
+    return {scope.print_interrupt ? std::string(e.what()) : std::string(), e.exit_code()};
   } catch (const std::exception& e) {
     const std::string text = e.what();
-    if (!scope.rank)
-      std::fprintf(stderr, "internal error: %s\n", text.c_str());
-    else  // a rank's failure may name its rank already (a collective's error does)
-      std::fprintf(stderr, "%s%s\n", text.rfind("rank ", 0) == 0 ? "" : rank.c_str(), text.c_str());
-    return kExitRuntimeFailure;
+    if (!scope.rank) return {"internal error: " + text, kExitRuntimeFailure};
+    // a rank's failure may name its rank already (a collective's error does)
+    return {(text.rfind("rank ", 0) == 0 ? "" : rank) + text, kExitRuntimeFailure};
   } catch (...) {
-    std::fprintf(stderr, "%sinternal error: unknown exception\n", rank.c_str());
-    return kExitRuntimeFailure;
+    return {rank + "internal error: unknown exception", kExitRuntimeFailure};
   }
+}
+
+}  // namespace
+
+int report_failure(const FailureScope& scope) {
+  const Report report = describe_current_exception(scope);
+  if (!report.text.empty()) std::fprintf(stderr, "%s\n", report.text.c_str());
+  if (!scope.record_file.empty()) {
+    // Best effort: the launcher falls back to the exit status when the file is missing.
+    std::ofstream out(scope.record_file, std::ios::trunc);
+    out << "exit " << report.code << "\n" << report.text << "\n";
+  }
+  return report.code;
 }
 
 }  // namespace trainer::app

@@ -5,12 +5,16 @@
 // the rank.
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace trainer::app {
 
 struct FailureScope {
   std::optional<int64_t> rank;  // set: this rank of a multi-rank job ("rank N: " before the message)
   bool print_interrupt = true;  // whether a stop signal's message is printed here (once per node)
+  // Set: the message (after a first line "exit CODE") is also written to this file, for the
+  // launcher that restarts the job to name the cause (runtime/local_launcher.h).
+  std::string record_file;
 };
 
 // Prints the exception being handled (std::current_exception) to stderr and returns its exit code.

@@ -9,7 +9,9 @@
 
 namespace trainer {
 
-enum ExitCode : int { kExitOk = 0, kExitRuntimeFailure = 1, kExitUsageError = 2 };
+// kExitDiverged: the loss or the gradients went non-finite; a restart from the last checkpoint
+// would only repeat it, so launchers that restart (checkpoint.max_restarts) stop on it, as on 2.
+enum ExitCode : int { kExitOk = 0, kExitRuntimeFailure = 1, kExitUsageError = 2, kExitDiverged = 3 };
 
 // Bad user input. The message names the file or JSON path, what was found and what is expected.
 class UserError : public std::runtime_error {
@@ -23,6 +25,12 @@ class UserError : public std::runtime_error {
 class TrainingFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The loss or a gradient went non-finite: "training failed: ..." with exit code 3 (kExitDiverged).
+class Diverged : public TrainingFailure {
+ public:
+  using TrainingFailure::TrainingFailure;
 };
 
 // Several problems found in one pass over a recipe, reported together.

@@ -432,7 +432,15 @@ class Checker {
     if (c.keep == 1)
       add("checkpoint.keep=1 would delete the last committed checkpoint while the next is being written; use "
           "keep >= 2, or 0 to keep all");
-    if (c.resume.mode == ResumeFrom::Mode::Path && c.resume.path.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");
+    if (c.resume.mode == ResumeFrom::Mode::Path && c.resume.path.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");    if (c.max_restarts > 0 && !c.dir)
+      warnings.push_back(fmt::format("checkpoint.max_restarts={} without checkpoint.dir: every restart starts the run "
+                                     "from its beginning; set checkpoint.dir and checkpoint.interval",
+                                     c.max_restarts));
+    const auto& l = r_.logging;
+    if (l.straggler_intervals > 0 && l.straggler_threshold <= 1)
+      add("logging.straggler_threshold={} would call every rank slow; use a factor above 1 (default 1.15), or "
+          "logging.straggler_intervals=0 to turn straggler attribution off",
+          l.straggler_threshold);
   }
 
   std::vector<std::string> problems;

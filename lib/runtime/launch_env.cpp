@@ -113,6 +113,11 @@ LaunchEnvironment detect_launch_environment(const GetEnv& getenv_in) {
     e.job = fmt::format("mpirun job {}", env("OMPI_MCA_ess_base_jobid"));
   else if (has(env, "TRAINER_LAUNCHER_PID"))
     e.job = fmt::format("local job (launcher pid {})", env("TRAINER_LAUNCHER_PID"));
+  if (has(env, "TRAINER_RESTART")) e.restart = parse_int(env, "TRAINER_RESTART");
+  if (e.restart < 0) throw UserError(fmt::format("environment variable TRAINER_RESTART={} is negative", e.restart));
+  if (has(env, "TRAINER_RESTART_CAUSE")) e.restart_cause = env("TRAINER_RESTART_CAUSE");
+  if (has(env, "TRAINER_RESTART_SINCE")) e.restart_since = parse_int(env, "TRAINER_RESTART_SINCE");
+  if (has(env, "TRAINER_FAILURE_DIR")) e.failure_dir = env("TRAINER_FAILURE_DIR");
   if (!found) return e;  // no launcher: a single process (or trainer's own --nproc-per-node)
   e.launcher = found->name;
   const std::string rank_var = found->rank, size_var = found->size;

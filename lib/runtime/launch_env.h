@@ -19,6 +19,13 @@ struct LaunchEnvironment {
   bool store_in_launcher = false;  // trainer's local launcher serves the store: rank 0 is a client too
   std::vector<std::string> nodes;         // Slurm's node list, expanded
   std::string job;  // "slurm job 1234", "mpirun job NS", "local job (launcher pid N)", "" standalone
+  // Set by a launcher that restarts the job (trainer's own, scripts/slurm/train.sbatch,
+  // scripts/restart_job around srun or mpirun; docs/distributed.md#restarts):
+  int64_t restart = 0;         // TRAINER_RESTART: this start is the job's N-th restart (0: the first start)
+  std::string restart_cause;   // TRAINER_RESTART_CAUSE: why the previous start ended
+  int64_t restart_since = 0;   // TRAINER_RESTART_SINCE: Unix time of the job's first start (0: unknown);
+                               // checkpoints committed before it are not this job's
+  std::string failure_dir;     // TRAINER_FAILURE_DIR: a failing worker writes its message to rank-R.txt there
 };
 
 using GetEnv = std::function<const char*(const char*)>;

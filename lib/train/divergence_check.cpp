@@ -30,7 +30,7 @@ void DivergenceCheck::after_step(StepEnd& end) {
       loss_bad ? ""
       : first == step ? fmt::format(" (first non-finite gradient: {})", first_non_finite_gradient(model_))
                       : "";
-  throw TrainingFailure(fmt::format(
+  throw Diverged(fmt::format(
       "step {}: the {} is {}{}{}; training diverged and stops (the last checkpoint is intact). Try a lower "
       "optimizer.lr or a longer optimizer.warmup_steps, training.grad_clip, checking the data for bad tokens{}",
       first, loss_bad ? "loss" : "gradient norm", first == step ? fmt::format("{}", value) : "not finite",

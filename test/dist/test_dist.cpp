@@ -19,6 +19,7 @@
 
 #include "jsonl.h"
 #include "process.h"
+#include "script.h"
 
 using namespace trainer::test;
 
@@ -32,14 +33,6 @@ const std::string kTinyMoe = std::string(TRAINER_SOURCE_DIR) + "/recipes/tiny-mo
 std::string pgrep_pattern(std::string marker) {
   marker.replace(marker.rfind('.'), 1, "[.]");
   return "'" + marker + "'";
-}
-
-// Runs a shell script from a file, so that no process's command line but the programs it starts
-// contains the script's text (pgrep -f below looks for leftover processes by their arguments).
-ProcessResult bash(const std::string& script, double timeout = 300) {
-  TempDir dir;
-  const std::string file = dir.write("script.sh", script);
-  return run_process({"/bin/bash", file}, timeout, {"OMP_NUM_THREADS=1"});
 }
 
 // A port for a job whose ranks this test starts itself. Spread by test process id so parallel

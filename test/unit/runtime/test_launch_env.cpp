@@ -89,3 +89,18 @@ TEST_CASE("hostlist expansion", "[runtime]") {
   CHECK_THROWS_AS(expand_hostlist("node[1-99999999999999999999]"), UserError);  // was std::out_of_range
   CHECK_THROWS_AS(expand_hostlist("a[1-99999]b[1-99999]"), UserError);         // 10^10 names
 }
+
+TEST_CASE("launch: a restarted job's variables - its count and cause and first start and failure directory", "[runtime]") {
+  const auto e = detect({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"TRAINER_RESTART", "2"},
+                         {"TRAINER_RESTART_CAUSE", "worker rank 1 was killed by signal 9"},
+                         {"TRAINER_RESTART_SINCE", "1790000000"}, {"TRAINER_FAILURE_DIR", "/tmp/f"}});
+  CHECK(e.restart == 2);
+  CHECK(e.restart_cause == "worker rank 1 was killed by signal 9");
+  CHECK(e.restart_since == 1790000000);
+  CHECK(e.failure_dir == "/tmp/f");
+  const auto first = detect({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}});
+  CHECK(first.restart == 0);
+  CHECK(first.failure_dir.empty());
+  CHECK_THROWS_AS(detect({{"TRAINER_RESTART", "two"}}), UserError);
+  CHECK_THROWS_AS(detect({{"TRAINER_RESTART", "-1"}}), UserError);
+}
