@@ -57,6 +57,7 @@ const std::vector<Field>& fields() {
     number("efficiency.hbm", 1, true, [](HardwareProfile& p) -> double& { return p.hbm_efficiency; });
     number("efficiency.kernel_overhead_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.kernel_overhead_s; });
     number("host.us_per_kernel", 1e-6, false, [](HardwareProfile& p) -> double& { return p.host_s_per_kernel; });
+    number("host.d2h_gb_s", 1e9, true, [](HardwareProfile& p) -> double& { return p.host_d2h_bytes_per_s; });
     number("links.nvlink.gb_s", 1e9, true, [](HardwareProfile& p) -> double& { return p.nvlink.bytes_per_s; });
     number("links.nvlink.latency_us", 1e-6, false, [](HardwareProfile& p) -> double& { return p.nvlink.latency_s; });
     number("links.nvlink.efficiency", 1, true, [](HardwareProfile& p) -> double& { return p.nvlink.efficiency; });
@@ -68,6 +69,7 @@ const std::vector<Field>& fields() {
     number("overhead.cublas_workspace_mib", kMiB, false,
            [](HardwareProfile& p) -> double& { return p.cublas_workspace_bytes; });
     number("overhead.fragmentation", 1, true, [](HardwareProfile& p) -> double& { return p.fragmentation; });
+    number("storage.gb_s", 1e9, true, [](HardwareProfile& p) -> double& { return p.storage_bytes_per_s; });
     return f;
   }();
   return table;

@@ -45,6 +45,10 @@ struct HardwareProfile {
   double framework_overhead_bytes = 0; // CUDA context, libraries, NCCL buffers: outside the allocator
   double cublas_workspace_bytes = 0;   // allocated through the caching allocator
   double fragmentation = 1.1;          // reserved / allocated of the caching allocator
+  // Checkpoints (checkpoint_cost.h): the achievable pinned device-to-host copy rate per GPU (its
+  // PCIe link), and the checkpoint storage's bandwidth per GPU when every GPU writes at once.
+  double host_d2h_bytes_per_s = 0;
+  double storage_bytes_per_s = 0;
 
   double peak_flops(recipe::Precision dtype) const;
 };

@@ -1,10 +1,12 @@
 #include "estimate/report.h"
 #include "core/plural.h"
+#include "estimate/checkpoint_cost.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <optional>
 
 namespace trainer::estimate {
 
@@ -77,6 +79,123 @@ std::string seconds_text(double s) {
   return fmt::format("{:.1f} us", s * 1e6);
 }
 
+// 4.0 ms, 14.4 s, 42.7 min, 781.2 h.
+std::string duration_text(double s) {
+  if (s < 1) return seconds_text(s);
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+// A fraction as a percentage with three significant digits: 0.0911%, 8.89%.
+std::string percent_text(double fraction) { return fmt::format("{:.3g}%", 100 * fraction); }
+
+// Checkpoint cadence (checkpoint_cost.h, checkpoint_cadence.h): needs a step time.
+struct Checkpoints {
+  CheckpointCost cost;
+  CadenceAdvice advice;
+};
+
+std::optional<Checkpoints> checkpoints_of(const JobEstimate& e, const ReportContext& c) {
+  if (!c.recipe || !c.gpu || !e.has_time) return std::nullopt;
+  Checkpoints k;
+  k.cost = checkpoint_cost(*c.recipe, e, *c.gpu);
+  k.advice = checkpoint_cadence(cadence_inputs(*c.recipe, e, k.cost));
+  return k;
+}
+
+json checkpoints_json(const JobEstimate& e, const ReportContext& c) {
+  const auto k = checkpoints_of(e, c);
+  if (!k) return nullptr;
+  const auto& ck = c.recipe->checkpoint;
+  const auto& a = k->advice;
+  const bool async = ck.async;
+  return {{"enabled", ck.dir.has_value()},
+          {"async", async},
+          {"interval_steps", ck.interval},
+          {"run_steps", c.recipe->training.steps},
+          {"bytes_per_rank", k->cost.bytes_per_rank},
+          {"snapshot_s", number_or_null(async, k->cost.snapshot_s)},
+          {"hidden_s", number_or_null(async, k->cost.hidden_s)},
+          {"write_s", k->cost.write_s},
+          {"stall_s", k->cost.stall_s},
+          {"min_interval_s", k->cost.min_interval_s},
+          {"restart_s", k->cost.restart_s},
+          {"gpu_mtbf_hours", c.recipe->hardware.gpu_mtbf_hours},
+          {"job_mtbf_hours", a.job_mtbf_s / 3600},
+          {"failures_per_run", a.failures_per_run},
+          {"interval_s", a.interval_s},
+          {"lost_per_failure_s", a.lost_per_failure_s},
+          {"overhead", a.overhead},
+          {"optimum_s", a.optimum_s},
+          {"advised_interval_steps", a.advised_steps},
+          {"advised_interval_s", a.advised_interval_s},
+          {"advised_lost_per_failure_s", a.advised_lost_per_failure_s},
+          {"advised_overhead", a.advised_overhead}};
+}
+
+std::string checkpoints_text(const JobEstimate& e, const ReportContext& c) {
+  const auto k = checkpoints_of(e, c);
+  if (!k) return c.gpu ? "" : "checkpoints: no cadence advice on the CPU (it needs a GPU step time)\n";
+  const auto& ck = c.recipe->checkpoint;
+  const auto& cost = k->cost;
+  const auto& a = k->advice;
+  const int64_t steps = c.recipe->training.steps;
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  const std::string per_rank = fmt::format("{} per rank", format_bytes(cost.bytes_per_rank));
+  if (!ck.dir)
+    line(fmt::format("checkpoints: off (checkpoint.dir is null): every failure loses the whole run so far ({} if "
+                     "they were on)",
+                     per_rank));
+  else if (ck.interval == 0 || ck.interval >= steps)
+    line(fmt::format("checkpoints: only at the end of the run (checkpoint.interval {}), {}, {}: a failure loses "
+                     "about half the run",
+                     ck.interval, ck.async ? "asynchronous" : "synchronous", per_rank));
+  else
+    line(fmt::format("checkpoints: every {} ({}), {}, {}", count_of(ck.interval, "step", "steps"),
+                     duration_text(a.interval_s), ck.async ? "asynchronous" : "synchronous", per_rank));
+  const double d2h = c.gpu->host_d2h_bytes_per_s / 1e9, storage = c.gpu->storage_bytes_per_s / 1e9;
+  if (!ck.async)
+    line(fmt::format("  stall per save {}: the write at {:.3g} GB/s per GPU (synchronous)", duration_text(cost.stall_s),
+                     storage));
+  else if (cost.snapshot_s <= cost.hidden_s)
+    line(fmt::format("  stall per save {} (measured; the {} snapshot to host memory at {:.3g} GB/s hides behind the "
+                     "next step's {}), then written in the background in {} at {:.3g} GB/s per GPU",
+                     duration_text(cost.stall_s), duration_text(cost.snapshot_s), d2h, duration_text(cost.hidden_s),
+                     duration_text(cost.write_s), storage));
+  else
+    line(fmt::format("  stall per save {} ({} measured + what the next step's {} does not hide of the {} snapshot to "
+                     "host memory at {:.3g} GB/s), then written in the background in {} at {:.3g} GB/s per GPU",
+                     duration_text(cost.stall_s), duration_text(kSnapshotStartS), duration_text(cost.hidden_s),
+                     duration_text(cost.snapshot_s), d2h, duration_text(cost.write_s), storage));
+  line(fmt::format("  failures: the job fails every {} ({} at {:g} h each, hardware.gpu_mtbf_hours): {:.3g} "
+                   "failures expected in the run of {} ({})",
+                   duration_text(a.job_mtbf_s), count_of(e.mesh.world_size, "GPU", "GPUs"),
+                   c.recipe->hardware.gpu_mtbf_hours,
+                   a.failures_per_run, count_of(steps, "step", "steps"), duration_text(a.run_s)));
+  line(fmt::format("  work lost per failure: {} (half of {} + {} restart)", duration_text(a.lost_per_failure_s),
+                   ck.dir && ck.interval > 0 && ck.interval < steps ? "the interval" : "the run",
+                   duration_text(cost.restart_s)));
+  const std::string advised =
+      a.advised_steps >= steps
+          ? fmt::format("saving only at the end (checkpoint.interval=0: the optimum, {} = {}, is longer than the run)",
+                        count_of(a.advised_steps, "step", "steps"), duration_text(a.optimum_s))
+          : fmt::format("every {} ({}; checkpoint.interval={})", count_of(a.advised_steps, "step", "steps"),
+                        duration_text(a.advised_interval_s), a.advised_steps);
+  const double young = young_interval_s(cost.stall_s, 0, a.job_mtbf_s);
+  const std::string why =
+      a.optimum_s > young * (1 + 1e-9)
+          ? fmt::format("the background write's pace (Young's optimum sqrt(2 x stall x job MTBF) = {} would make each "
+                        "save wait for the previous write)",
+                        duration_text(young))
+          : "Young's optimum sqrt(2 x stall x job MTBF)";
+  line(fmt::format("  overhead (stalls + lost work + restarts): {} now; {} {}, {}{}", percent_text(a.overhead),
+                   percent_text(a.advised_overhead), advised, why,
+                   a.advised_overhead < a.overhead ? "" : "; no better than now"));
+  return out;
+}
+
 }  // namespace
 
 std::string format_bytes(double bytes) {
@@ -133,6 +252,12 @@ std::vector<std::string> estimate_assumptions(const JobEstimate& e, const Report
                                           fmt::join(k, ", ")));
     }
     a.push_back("time: model FLOPs per token 6N + 12 L H Q T (PaLM); attention executes half of its term (causal)");
+    a.push_back(fmt::format(
+        "checkpoints: failures independent at hardware.gpu_mtbf_hours per GPU; overhead to first order "
+        "(stall / interval + (interval / 2 + restart) / job MTBF), optimum Young's sqrt(2 x stall x job MTBF); "
+        "a save's stall {} (scripts/bench_ckpt) plus what of the snapshot copy the next step does not hide, or the "
+        "whole write when synchronous; a restart {} (assumed) plus reading the checkpoint back",
+        duration_text(kSnapshotStartS), duration_text(kRestartStartS)));
   }
   return a;
 }
@@ -194,6 +319,7 @@ json estimate_json(const JobEstimate& e, const ReportContext& c) {
                                         {"max_over_mean_cost", e.documents->imbalance_cost},
                                         {"global_batches_simulated", e.documents->global_batches}}
                                   : json(nullptr);
+  out["checkpoints"] = checkpoints_json(e, c);
   out["assumptions"] = estimate_assumptions(e, c);
   return out;
 }
@@ -268,6 +394,11 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
     line(fmt::format("  pipeline bubble {}, optimizer {}", seconds_text(t.bubble_s), seconds_text(t.optimizer_s)));
     line(fmt::format("  host: {} kernels launched, {} ({} exposed: {})", count_text(t.kernels), seconds_text(t.host_s),
                      seconds_text(t.host_exposed_s), t.host_exposed_s > 0 ? "launch-bound" : "GPU-bound"));
+  }
+  const std::string checkpoints = checkpoints_text(e, c);
+  if (!checkpoints.empty()) {
+    line("");
+    out += checkpoints;
   }
   line("");
   line("assumptions:");

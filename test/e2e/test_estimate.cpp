@@ -361,6 +361,55 @@ TEST_CASE("estimate: text report - and the smallest valid world size by default"
   CHECK(r.out.find("assumptions:") != std::string::npos);
 }
 
+TEST_CASE("estimate: checkpoint cadence advice - the same advice at any checkpoint.interval - job MTBF = gpu_mtbf_hours / N", "[estimate][checkpoint]") {
+  const std::string recipe = std::string(TRAINER_SOURCE_DIR) + "/recipes/llama3-8b.json";
+  auto estimate = [&](const std::vector<std::string>& sets, bool as_json) {
+    std::vector<std::string> args = {"estimate", recipe, "--world-size", "64"};
+    if (as_json) args.push_back("--json");
+    const auto r = run_trainer_cmd(with_sets(args, sets));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  const auto text = estimate({"checkpoint.interval=100"}, false);
+  for (const char* part : {"checkpoints: every 100 steps (", "asynchronous", "stall per save",
+                           "(64 GPUs at 50000 h each, hardware.gpu_mtbf_hours)", "work lost per failure",
+                           "Young's optimum"})
+    CHECK(text.find(part) != std::string::npos);
+
+  const auto at100 = json::parse(estimate({"checkpoint.interval=100"}, true));
+  const auto at2000 = json::parse(estimate({"checkpoint.interval=2000"}, true));
+  const auto& a = at100["checkpoints"];
+  const auto& b = at2000["checkpoints"];
+  INFO(a.dump() << "\n" << b.dump());
+  REQUIRE(a.is_object());
+  CHECK(a["interval_steps"] == 100);
+  CHECK(b["interval_steps"] == 2000);
+  const double step = at100["step_time_s"];
+  CHECK(a["interval_s"].get<double>() == Approx(100 * step));
+  CHECK(b["interval_s"].get<double>() == Approx(2000 * step));
+  CHECK(a["lost_per_failure_s"].get<double>() == Approx(50 * step + a["restart_s"].get<double>()));
+  // The advice is the recipe's, not its interval's; and it loses less than either.
+  CHECK(a["advised_interval_steps"] == b["advised_interval_steps"]);
+  CHECK(a["advised_overhead"].get<double>() == Approx(b["advised_overhead"].get<double>()));
+  CHECK(a["advised_overhead"].get<double>() <= a["overhead"].get<double>());
+  CHECK(b["advised_overhead"].get<double>() < b["overhead"].get<double>());
+  CHECK(a["job_mtbf_hours"].get<double>() == Approx(a["gpu_mtbf_hours"].get<double>() / 64));
+  CHECK(a["optimum_s"].get<double>() ==
+        Approx(std::sqrt(2 * a["stall_s"].get<double>() * a["job_mtbf_hours"].get<double>() * 3600)));
+  // A quarter of the MTBF: the job fails four times as often, the optimum halves.
+  const auto fragile = json::parse(estimate({"checkpoint.interval=100", "hardware.gpu_mtbf_hours=12500"}, true));
+  const auto& f = fragile["checkpoints"];
+  CHECK(f["job_mtbf_hours"].get<double>() == Approx(12500.0 / 64));
+  CHECK(f["optimum_s"].get<double>() == Approx(a["optimum_s"].get<double>() / 2));
+  CHECK(f["failures_per_run"].get<double>() == Approx(4 * a["failures_per_run"].get<double>()));
+  // Checkpoints off: still advised, every failure loses the whole run so far.
+  const auto off = estimate({"checkpoint.dir=null", "checkpoint.interval=0"}, false);
+  CHECK(off.find("checkpoints: off (checkpoint.dir is null): every failure loses the whole run so far") !=
+        std::string::npos);
+  CHECK(off.find("overhead (stalls + lost work + restarts):") != std::string::npos);
+}
+
 TEST_CASE("estimate: GPUs by name or profile file - unknown ones are errors", "[estimate]") {
   const auto unknown = run_trainer_cmd({"estimate", kTiny, "--gpu", "v100"});
   CHECK(unknown.exit_code == 2);

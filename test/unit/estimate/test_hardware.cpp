@@ -25,6 +25,9 @@ TEST_CASE("built-in profiles: the five required GPUs and more - with datasheet p
   CHECK(builtin_profile("h100-sxm").nvlink.bytes_per_s == 450e9);   // 900 GB/s bidirectional
   CHECK(builtin_profile("h100-sxm").network.bytes_per_s == 50e9);   // 400 Gb/s per GPU
   CHECK(builtin_profile("h100-sxm").memory_bytes == Approx(79.6 * 1024 * 1024 * 1024));
+  CHECK(builtin_profile("h100-sxm").host_d2h_bytes_per_s == Approx(51e9));   // PCIe 5.0 x16 at 80%
+  CHECK(builtin_profile("a100-80g").host_d2h_bytes_per_s == Approx(25.6e9));  // PCIe 4.0 x16 at 80%
+  CHECK(builtin_profile("h100-sxm").storage_bytes_per_s == Approx(0.12e9));   // Llama 3: 2 TB/s / 16,384 GPUs
   for (const auto& p : builtin_profiles()) {
     INFO(p.name);
     CHECK(!p.description.empty());

@@ -44,7 +44,12 @@ json estimate_doc(const std::string& recipe, const std::vector<std::string>& set
 const std::set<std::string> kTop = {"schema_version", "recipe", "device", "gpu", "world_size", "gpus_per_node", "mesh",
                                     "parallel", "model", "memory", "step_time_s", "tokens_per_step", "tokens_per_s",
                                     "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "time", "documents",
-                                    "assumptions"};
+                                    "checkpoints", "assumptions"};
+const std::set<std::string> kCheckpoints = {
+    "enabled", "async", "interval_steps", "run_steps", "bytes_per_rank", "snapshot_s", "hidden_s", "write_s",
+    "stall_s", "min_interval_s", "restart_s", "gpu_mtbf_hours", "job_mtbf_hours", "failures_per_run", "interval_s",
+    "lost_per_failure_s", "overhead", "optimum_s", "advised_interval_steps", "advised_interval_s",
+    "advised_lost_per_failure_s", "advised_overhead"};
 const std::set<std::string> kMemory = {"predicted", "peak_bytes", "peak_bytes_worst_routing", "worst_stage",
                                        "peak_phase", "reserved_bytes", "device_total_bytes", "capacity_bytes", "fits",
                                        "fragmentation_factor", "framework_overhead_bytes", "stages"};
@@ -101,6 +106,7 @@ TEST_CASE("estimate JSON: schema version 1 - every documented key - nothing else
   CHECK(keys(doc["memory"]["stages"][0]["breakdown"]) == kBreakdown);
   CHECK(keys(doc["time"]) == std::set<std::string>{"fused_kernels", "breakdown"});
   CHECK(keys(doc["time"]["breakdown"]) == kTime);
+  CHECK(keys(doc["checkpoints"]) == kCheckpoints);
   CHECK(doc["memory"]["predicted"] == "allocated");
   for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"})
     CHECK(doc[key].is_number());
@@ -114,6 +120,7 @@ TEST_CASE("estimate JSON on the CPU: the same keys - time fields null", "[estima
   CHECK(doc["device"] == "cpu");
   CHECK(doc["gpu"].is_null());
   CHECK(doc["time"].is_null());
+  CHECK(doc["checkpoints"].is_null());
   for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"})
     CHECK(doc[key].is_null());
   CHECK(doc["memory"]["capacity_bytes"].is_null());
@@ -123,7 +130,7 @@ TEST_CASE("estimate JSON on the CPU: the same keys - time fields null", "[estima
 TEST_CASE("docs/estimator.md documents every key of the JSON", "[estimate][docs]") {
   const std::string doc = read(std::string(TRAINER_SOURCE_DIR) + "/docs/estimator.md");
   REQUIRE(!doc.empty());
-  for (const auto* set : {&kTop, &kMemory, &kStage, &kBreakdown, &kTime, &kMesh}) {
+  for (const auto* set : {&kTop, &kMemory, &kStage, &kBreakdown, &kTime, &kMesh, &kCheckpoints}) {
     for (const auto& key : *set) {
       INFO(key);
       CHECK(doc.find("`" + key + "`") != std::string::npos);
@@ -156,7 +163,8 @@ TEST_CASE("the text report names the peak - the breakdown and the assumptions", 
   context.gpu = &gpu;
   const std::string text = estimate_text(e, context);
   for (const char* part : {"memory per rank", "peak:", "step time:", "MFU", "exposed communication", "assumptions:",
-                           "fragmentation"})
+                           "fragmentation", "checkpoints: every 1000 steps", "stall per save", "work lost per failure",
+                           "Young's optimum"})
     CHECK(text.find(part) != std::string::npos);
   CHECK(format_bytes(1536.0 * 1024 * 1024) == "1.50 GiB");
   CHECK(format_bytes(2048) == "2.0 KiB");
