@@ -18,6 +18,7 @@
 #include "metrics/step_metrics.h"
 #include "model/attention_backend.h"
 #include "metrics/throughput.h"
+#include "train/straggler_watch.h"
 
 namespace trainer::train {
 
@@ -43,6 +44,8 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const metrics::S
   if (x.contains("aux_loss")) s.emplace_back("moe/aux_loss", x["aux_loss"].get<double>());
   if (x.contains("mtp_loss")) s.emplace_back("train/mtp_loss", x["mtp_loss"].get<double>());
   if (x.contains("z_loss")) s.emplace_back("moe/z_loss", x["z_loss"].get<double>());
+  for (const char* key : {"own_time_max_ratio", "step_time_max_ratio"})
+    if (x.contains(key)) s.emplace_back(std::string("straggler/") + key, x[key].get<double>());
   if (x.contains("moe_layers"))
     for (const auto& layer : x["moe_layers"]) {
       const std::string prefix = fmt::format("moe/layer_{}/", layer["layer"].get<int64_t>());
@@ -242,6 +245,14 @@ metrics::StepMetrics StepLog::step_metrics(const StepEnd& end, const StepReading
     if (!t.comm_wait_by_group_s.empty()) m.extra["comm_wait_by_group_s"] = t.comm_wait_by_group_s;
   }
   if (overlap && overlap->param_gather_wait_s >= 0) m.extra["dp_overlap"]["param_gather_wait_s"] = overlap->param_gather_wait_s;
+  if (const StragglerReport* s = end.straggler) {
+    // Both ratios at every logged step, so that a run shows what step times alone would have said.
+    m.extra["own_time_max_ratio"] = s->verdict.own_time_max_ratio;
+    const int64_t slowest = s->verdict.own_time_max_rank;
+    m.extra["own_time_max_rank"] = slowest >= 0 ? nlohmann::json(slowest) : nlohmann::json();  // null: no rank has peers
+    m.extra["step_time_max_ratio"] = s->verdict.step_time_max_ratio;
+    if (!s->verdict.named.empty()) m.extra["straggler_rank"] = s->verdict.named.front().rank;
+  }
   return m;
 }
 
@@ -256,6 +267,8 @@ void StepLog::print_step(const StepEnd& end, const StepReading& reading) {
   const std::string mtp_summary =
       m.extra.contains("mtp_loss") ? fmt::format(" | mtp loss {:.4f}", m.extra["mtp_loss"].get<double>()) : "";
   say(metrics::format_console_line(m) + mtp_summary + moe_summary);
+  if (end.straggler)
+    for (const std::string& line : end.straggler->lines) say(line);
   if (!compared_) {
     compared_ = true;
     say(fmt::format("predicted vs measured (rank 0): peak tensor memory {} vs {} ({:+.1f}%); step time {}",

@@ -1,9 +1,10 @@
 #pragma once
 // The step loop (trainer.cpp) runs compute -> clip -> update, then hands the finished step to a
 // list of observers, in order: the routing-bias update, the stop vote, the figure reader, the
-// logger, the divergence check, evaluation, checkpointing, profiling. Each is one file; each may
-// leave something in StepEnd for the ones after it (the stop vote: `stopping`; the reader:
-// `reading`; checkpointing: `stop`, which ends the loop and skips the rest).
+// straggler watch, the logger, the divergence check, evaluation, checkpointing, profiling. Each is
+// one file; each may leave something in StepEnd for the ones after it (the stop vote: `stopping`;
+// the reader: `reading`; the straggler watch: `straggler`; checkpointing: `stop`, which ends the
+// loop and skips the rest).
 #include <cstdint>
 #include <optional>
 
@@ -16,6 +17,7 @@ struct OverlapStats;
 namespace trainer::train {
 
 struct StepFigures;
+struct StragglerReport;
 
 // The step's figures read to the host (step_reader.h), at logged steps and before a checkpoint.
 struct StepReading {
@@ -39,6 +41,7 @@ struct StepEnd {
   bool interval_save = false;  // checkpoint.interval falls on this step
   bool stopping = false;       // set by the stop vote: every rank stops after this step
   std::optional<StepReading> reading;  // set by the reader when it read the figures
+  const StragglerReport* straggler = nullptr;  // set by the straggler watch at logged steps, when on
   bool stop = false;           // set by checkpointing after the stop save: the loop ends here
 };
 

@@ -27,6 +27,7 @@
 #include "train/step_observer.h"
 #include "train/step_reader.h"
 #include "train/stop_vote.h"
+#include "train/straggler_watch.h"
 #include "train/train_step.h"
 #include "train/training_state.h"
 
@@ -136,6 +137,7 @@ bool run_steps(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& groups, 
                 .interval_save = r.checkpoint.interval > 0 && progress.step % r.checkpoint.interval == 0,
                 .stopping = false,
                 .reading = std::nullopt,
+                .straggler = nullptr,
                 .stop = false};
     for (StepObserver* o : observers) {
       o->after_step(end);
@@ -187,11 +189,15 @@ TrainSummary train(const recipe::LoadedRecipe& loaded, mesh::ProcessGroups& grou
   }, options.claim, wait_ns);
   TrainStep step(model, optimizer, *dataset, r, mesh, groups, pipeline, device);
   StopVote stop_vote(groups.world(), device, progress.step, r.training.steps);
+  StragglerWatch straggler(r.logging, groups, device);  // a collective on every rank (when on)
+  if (!straggler.on() && device.is_cuda() && r.logging.straggler_intervals > 0 && groups.world().size() > 1)
+    say("straggler attribution: off on GPUs until collective waits are timed on the device (host times cannot tell "
+        "who is slow there; docs/observability.md#stragglers)");
   if (groups.global_rank() == 0) runtime::StopSignal::enable_acknowledgement(checkpointing.enabled());
   RoutingBiasUpdate bias_update(model, r);
   DivergenceCheck divergence(model, r);
   Profiling profiling(r.profiling, groups.global_rank(), device.is_cuda(), say);
-  const std::vector<StepObserver*> observers = {&bias_update, &stop_vote, &reader,        &log,
+  const std::vector<StepObserver*> observers = {&bias_update, &stop_vote,  &reader,        &straggler, &log,
                                                 &divergence,  &evaluation, &checkpointing, &profiling};
   TrainSummary summary;
   summary.first_step = progress.step;
