@@ -125,13 +125,16 @@ recipe::LoadedRecipe load_for_restart(const RunOptions& options, const runtime::
   return loaded;
 }
 
-int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env) {
+// `preloaded`: the recipe as run_training loaded it at this worker's world size (a standalone
+// process), so that it is read once.
+int run_worker(const RunOptions& options, const runtime::LaunchEnvironment& env,
+               std::optional<recipe::LoadedRecipe> preloaded = std::nullopt) {
   // First, so that a signal from here on is answered (and a second one removes the claim).
   runtime::StopSignal::install();
   recipe::LoadOptions load;
   load.overrides = options.overrides;
   load.world_size = env.world_size;
-  recipe::LoadedRecipe first = recipe::load_recipe(options.recipe_path, load);
+  recipe::LoadedRecipe first = preloaded ? std::move(*preloaded) : recipe::load_recipe(options.recipe_path, load);
   const recipe::LoadedRecipe loaded =
       env.restart > 0 ? load_for_restart(options, env, load, std::move(first)) : std::move(first);
   const runtime::DeviceAssignment device = assign_device(loaded, options, env.local_rank, env.local_world_size);
@@ -209,17 +212,19 @@ int run_training(const RunOptions& options) {
   }
   const runtime::LaunchRequest request{options.nproc_per_node, options.nnodes, options.node_rank};
   runtime::check_launch_request(request, env);
+  // Without a launcher the recipe is read here, once: for the restarts, the local launch's checks
+  // and a standalone process alike.
+  std::optional<recipe::LoadedRecipe> here;
+  if (env.launcher == "none") {
+    recipe::LoadOptions load;
+    load.overrides = options.overrides;
+    load.world_size = int64_t(options.nproc_per_node) * options.nnodes;  // no int overflow
+    here = recipe::load_recipe(options.recipe_path, load);
+  }
   // Restarts need a launcher that outlives the workers: trainer's own, even for one worker.
   int restarts = 0;
-  if (env.launcher == "none") {
-    if (options.max_restarts) {
-      restarts = *options.max_restarts;
-    } else {
-      recipe::LoadOptions load;
-      load.overrides = options.overrides;
-      load.world_size = int64_t(options.nproc_per_node) * options.nnodes;
-      restarts = int(recipe::load_recipe(options.recipe_path, load).recipe.checkpoint.max_restarts);
-    }
+  if (here) {
+    restarts = options.max_restarts ? *options.max_restarts : int(here->recipe.checkpoint.max_restarts);
     if (restarts > 0 && options.nnodes > 1)
       throw UserError(fmt::format(
           "restarts ({}) with --nnodes {}: every host's launcher would have to restart together; run the job under "
@@ -230,10 +235,7 @@ int run_training(const RunOptions& options) {
   }
   if (runtime::starts_local_workers(request, env) || restarts > 0) {
     // Check the recipe once here, so a bad one fails before any worker starts.
-    recipe::LoadOptions load;
-    load.overrides = options.overrides;
-    load.world_size = int64_t(options.nproc_per_node) * options.nnodes;  // no int overflow
-    const recipe::LoadedRecipe loaded = recipe::load_recipe(options.recipe_path, load);
+    const recipe::LoadedRecipe& loaded = *here;
     const runtime::DeviceAssignment device = assign_device(loaded, options, 0, options.nproc_per_node);
     plan_supported_run(loaded, device);
     // On the CPU the workers share this host's memory: refuse before starting any. (GPUs are checked
@@ -255,11 +257,11 @@ int run_training(const RunOptions& options) {
         "from outside: scripts/restart_job --max-restarts N srun|mpirun ... (scripts/slurm/train.sbatch does so; "
         "docs/distributed.md#restarts)",
         env.launcher == "slurm" ? "srun" : env.launcher == "openmpi" || env.launcher == "pmi" ? "mpirun" : "a launcher"));
-  if (env.world_size == 1 && env.failure_dir.empty()) return run_worker(options, env);
+  if (env.world_size == 1 && env.failure_dir.empty()) return run_worker(options, env, std::move(here));
   // Several ranks: name this one in every error, so the failing rank is obvious in the job's log.
   // Under a launcher that restarts the job, the message also goes to its failure directory.
   try {
-    return run_worker(options, env);
+    return run_worker(options, env, std::move(here));
   } catch (const std::exception&) {
     FailureScope scope;
     if (env.world_size > 1) scope.rank = env.rank;

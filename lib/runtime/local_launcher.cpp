@@ -93,9 +93,11 @@ struct Attempt {
   std::string cause;        // the first failure, described
 };
 
-// One start of the workers: forks them, serves the rendezvous store on a fresh socket, waits, and
-// on the first failure stops the others.
-Attempt run_workers(const LocalLaunchOptions& options, const std::vector<std::pair<std::string, std::string>>& env) {
+// One start of the workers with `env` added to their environment: forks them, serves the
+// rendezvous store on a fresh socket, waits, and on the first failure stops the others and reads
+// the failing worker's message from `failure_dir` ("": none).
+Attempt run_workers(const LocalLaunchOptions& options, const std::vector<std::pair<std::string, std::string>>& env,
+                    const std::string& failure_dir) {
   // The launcher serves the rendezvous store on a socket it opened itself: no other process can take
   // the port between choosing and serving it, and a worker that stops (SIGSTOP, a hang) cannot
   // take the store down with it, so the others can still exchange their flight records. A restart
@@ -155,9 +157,6 @@ Attempt run_workers(const LocalLaunchOptions& options, const std::vector<std::pa
   const auto store = serves_store ? c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options)
                                   : c10::intrusive_ptr<c10d::TCPStore>();
 
-  std::string failure_dir;
-  for (const auto& [name, value] : env)
-    if (name == "TRAINER_FAILURE_DIR") failure_dir = value;
   Attempt attempt;
   int running = options.nproc;
   bool stopping = false;
@@ -309,7 +308,7 @@ int launch_local_workers(const LocalLaunchOptions& options) {
       env.emplace_back("TRAINER_RESTART_SINCE", std::to_string(since));
     }
     failures.clear();
-    const Attempt attempt = run_workers(options, env);
+    const Attempt attempt = run_workers(options, env, failures.path());
     if (restart > 0) env.resize(env.size() - 3);
     if (attempt.code == 0) {
       if (restart > 0) std::fprintf(stderr, "trainer: finished after %d restart%s\n", restart, restart == 1 ? "" : "s");
