@@ -55,7 +55,10 @@ Records read_records(const std::string& path) {
 const std::string kWaitForSteps =
     "steps() { n=$(grep -c '\"loss\"' \"$M\" 2>/dev/null); echo \"${n:-0}\"; }\n"
     "wait_steps() { for i in $(seq 1200); do [ \"$(steps)\" -ge \"$1\" ] && return 0; sleep 0.05; done; return 1; }\n"
-    "worker() { pgrep -f \"trainer worker rank $1 .*$M\" | head -n 1; }\n";
+    "worker() { pgrep -f \"trainer worker rank $1 .*$M\" | head -n 1; }\n"
+    // The step of the newest record (0 before the first, or when the newest is a restart record).
+    "newest() { s=$(tail -n 1 \"$M\" 2>/dev/null | sed -n 's/.*\"step\":\\([0-9]*\\).*/\\1/p'); echo \"${s:-0}\"; }\n"
+    "wait_newest() { for i in $(seq 3000); do [ \"$(newest)\" -ge \"$1\" ] && return 0; sleep 0.02; done; return 1; }\n";
 
 }  // namespace
 
@@ -69,17 +72,22 @@ TEST_CASE("dist: a 4-worker run with --max-restarts 3 survives three SIGKILLs at
   const Records want = read_records(reference);
   REQUIRE(want.steps.size() == 24);
 
-  // Three kills of a random worker, each 2 to 5 logged steps after the previous kill's time plus up
-  // to 0.9 s (seeded): any phase of a step, a checkpoint being written, a restore just done.
+  // Three kills of a random worker (seeded): the k-th once the run's newest step reaches a target
+  // 5 to 7 steps past the previous one (the first at step 3 to 5), then 0 to 90 ms later: any phase
+  // of a step or of a checkpoint being written. Targets are steps, not records or seconds, so all
+  // three kills land before step 24 however fast or slow the machine is (the last by step 19 plus
+  // the delay; a schedule counted in records let the run finish first on a faster machine).
   const std::string chaos = dir.path() + "/chaos.jsonl";
   const auto r = bash("M=" + chaos + "\n" + kWaitForSteps + "RANDOM=38\n" + small_run(4, chaos) +
                           " --max-restarts 3 --set checkpoint.dir=" + dir.path() +
                           "/ck --set checkpoint.interval=4 > " + dir.path() + "/out.txt 2> " + dir.path() +
                           "/err.txt & L=$!\n"
                           "start=$(date +%s.%N); wait_steps 1; echo \"cold_start=$(echo \"$(date +%s.%N) - $start\" | bc)\"\n"
+                          "target=0\n"
                           "for k in 1 2 3; do\n"
-                          "  wait_steps $(( $(steps) + 2 + RANDOM % 4 )) || break\n"
-                          "  sleep 0.$(( RANDOM % 10 )); rank=$(( RANDOM % 4 )); pid=$(worker $rank)\n"
+                          "  if [ $k = 1 ]; then target=$(( 3 + RANDOM % 3 )); else target=$(( target + 5 + RANDOM % 3 )); fi\n"
+                          "  wait_newest $target || { echo \"step $target never came\"; break; }\n"
+                          "  sleep 0.0$(( RANDOM % 10 )); rank=$(( RANDOM % 4 )); pid=$(worker $rank)\n"
                           "  [ -n \"$pid\" ] || { echo \"no worker rank $rank\"; continue; }\n"
                           "  seen=$(steps); kill -KILL $pid; killed=$(date +%s.%N)\n"
                           "  wait_steps $(( seen + 1 )) && echo \"recovery=$(echo \"$(date +%s.%N) - $killed\" | bc)\"\n"
