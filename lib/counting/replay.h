@@ -54,6 +54,9 @@ struct RankShape {
   int64_t cpu_threads = 1;  // intra-op threads (CPU flash attention keeps per-thread buffers)
   int64_t tp = 1;
   bool sequence_parallel = false;
+  // With sequence parallelism: the linears' gathers and reduce-scatters as collective matmuls
+  // (parallel.tp_comm_overlap).
+  bool tp_comm_overlap = false;
   int64_t cp = 1;
   bool ulysses = false;
   // Mixture of experts (layers of model.moe.layers).
@@ -107,9 +110,18 @@ class Replay {
   }
   // y[m,n] = x[m,k] w[n,k]^T in the model dtype (`grouped`: the experts' products, all local
   // experts' rows as one product at the grouped rate).
+  // Inside a ring (ring()): the product is computed as s.tp row chunks, one behind each step.
   Id gemm(int64_t m, int64_t n, int64_t k, bool grouped = false) {
-    t.costs().gemms.push_back(
-        GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e), grouped});
+    auto& c = t.costs();
+    if (ring_gemms_ > 0) {
+      --ring_gemms_;
+      const int64_t rows = m / s.tp;
+      const GemmShape chunk{double(rows), double(n), double(k), double((rows * k + k * n + rows * n) * e), grouped};
+      for (int64_t i = 0; i < s.tp; ++i) c.gemms.push_back(chunk);
+      c.comms[ring_comm_].behind.push_back(chunk);
+    } else {
+      c.gemms.push_back(GemmShape{double(m), double(n), double(k), double((m * k + k * n + m * n) * e), grouped});
+    }
     return t.alloc(m * n * e);
   }
   // The same product added in place into an existing tensor (addmm_): no new memory.
@@ -132,6 +144,14 @@ class Replay {
     auto& c = t.costs();
     c.comms[comm_index].behind.assign(c.gemms.begin() + std::ptrdiff_t(mark), c.gemms.end());
   }
+  // Collective matmul (parallel/tensor/collective_matmul.h): the collective `comm_index` runs as
+  // s.tp - 1 send/recv steps, and the next `gemms` GEMMs recorded run as s.tp row chunks, one
+  // chunk of each during every step.
+  void ring(size_t comm_index, int gemms) {
+    t.costs().comms[comm_index].ring_steps = s.tp - 1;
+    ring_comm_ = comm_index;
+    ring_gemms_ = gemms;
+  }
   void drop(Id id) { t.drop(id); }
   void hold(Id id) { t.hold(id); }
   Id alloc(int64_t bytes) { return t.alloc(bytes); }
@@ -148,6 +168,8 @@ class Replay {
   }
 
   bool sp() const { return s.sequence_parallel && s.tp > 1; }
+  // The tensor-parallel linears' collectives are collective matmuls.
+  bool tp_ring() const { return sp() && s.tp_comm_overlap; }
   // The attention core runs without autograd and again in backward (core_attention, selective).
   bool core_recompute() const { return recipe::recomputes_core_attention(s.recompute); }
   // The linears after a norm compute its output again in backward (selective).
@@ -157,6 +179,9 @@ class Replay {
   int64_t T() const { return s.tokens(); }
   int64_t Tn() const { return s.norm_tokens(); }
   int64_t H() const { return s.hidden; }
+ private:
+  size_t ring_comm_ = 0;
+  int ring_gemms_ = 0;  // GEMMs still to record inside the ring
 };
 
 }  // namespace trainer::counting

@@ -28,6 +28,10 @@ struct CommOp {
   // GEMMs issued while this collective is in flight (the column-parallel backward's weight
   // gradients behind its input gradient's all-reduce): only the time beyond theirs is exposed.
   std::vector<GemmShape> behind;
+  // A collective matmul (parallel/tensor/collective_matmul.h): the collective runs as this many
+  // send/recv steps of bytes / (ring_steps + 1) each, and `behind` holds the GEMMs of one chunk,
+  // which run during every step; each step shows only max(0, step - those GEMMs). 0: one collective.
+  int64_t ring_steps = 0;
 };
 
 // What one stretch of code costs.

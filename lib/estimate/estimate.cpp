@@ -87,6 +87,7 @@ void fill_time(JobEstimate& out, const recipe::Recipe& r, const JobLayout& job, 
     tb.memory_bound_s = all.memory_bound_s * double(m);
     tb.recompute_s = st.recompute_s * double(m);
     tb.tp_comm_s = all.tp_comm_s * double(m);
+    tb.tp_hidden_s = all.tp_hidden_s * double(m);
     tb.cp_comm_s = all.cp_comm_s * double(m);
     tb.ep_comm_s = all.ep_comm_s * double(m);
     tb.pp_comm_s = all.pp_comm_s * double(m);
@@ -252,7 +253,7 @@ JobLayout timed(JobLayout job, const EstimateOptions& options) {
 const MicroBatchModel& ModelCache::get(const RankShape& s) {
   const std::vector<int64_t> key = {s.micro_batch, s.seq, s.hidden, s.q_heads, s.kv_heads, s.head_dim, s.ffn,
                                     s.vocab, s.dtype_bytes, int64_t(s.tied_head), int64_t(s.recompute),
-                                    int64_t(s.device), s.cpu_threads, s.tp, int64_t(s.sequence_parallel), s.cp,
+                                    int64_t(s.device), s.cpu_threads, s.tp, int64_t(s.sequence_parallel), int64_t(s.tp_comm_overlap), s.cp,
                                     int64_t(s.ulysses), s.experts, s.local_experts, s.top_k, s.expert_ffn,
                                     s.shared_ffn, s.ep, s.expert_rows, int64_t(s.fused.rms_norm),
                                     int64_t(s.fused.rope), int64_t(s.fused.swiglu), int64_t(s.fused.cross_entropy),

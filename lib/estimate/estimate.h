@@ -40,6 +40,7 @@ struct TimeBreakdown {
   double memory_bound_s = 0;    // norms, rotary, SwiGLU, residuals, softmax and loss
   double recompute_s = 0;       // of the above, spent recomputing (selective or full)
   double tp_comm_s = 0;         // tensor/sequence-parallel collectives (exposed)
+  double tp_hidden_s = 0;       // tensor/sequence-parallel communication hidden behind GEMMs
   double cp_comm_s = 0;         // context parallel (exposed part of the ring, or Ulysses all-to-all)
   double ep_comm_s = 0;         // expert dispatch and combine (exposed)
   double pp_comm_s = 0;         // activations and gradients between stages (exposed)

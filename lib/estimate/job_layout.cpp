@@ -197,6 +197,7 @@ JobLayout layout_job(const recipe::Recipe& r, const recipe::MeshShape& mesh, Dev
   sh.cpu_threads = std::max<int64_t>(1, cpu_threads);
   sh.tp = p.tp;
   sh.sequence_parallel = p.sequence_parallel;
+  sh.tp_comm_overlap = p.tp_comm_overlap;
   sh.cp = p.cp;
   sh.ulysses = p.cp_method == recipe::CpMethod::Ulysses;
   if (m.moe) {

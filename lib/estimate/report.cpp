@@ -51,6 +51,7 @@ json time_json(const TimeBreakdown& t) {
           {"memory_bound_s", t.memory_bound_s},
           {"recompute_s", t.recompute_s},
           {"tp_comm_s", t.tp_comm_s},
+          {"tp_hidden_s", t.tp_hidden_s},
           {"cp_comm_s", t.cp_comm_s},
           {"ep_comm_s", t.ep_comm_s},
           {"pp_comm_s", t.pp_comm_s},
@@ -387,8 +388,8 @@ std::string estimate_text(const JobEstimate& e, const ReportContext& c) {
                      e.microbatches));
     line(fmt::format("  compute: GEMM {}, attention {}, memory-bound {} (recompute {} of these)", seconds_text(t.gemm_s),
                      seconds_text(t.attention_s), seconds_text(t.memory_bound_s), seconds_text(t.recompute_s)));
-    line(fmt::format("  exposed communication: tp {}, cp {}, ep {}, pp {}, dp {} of {}, parameter gather {}",
-                     seconds_text(t.tp_comm_s), seconds_text(t.cp_comm_s), seconds_text(t.ep_comm_s),
+    line(fmt::format("  exposed communication: tp {} ({} hidden), cp {}, ep {}, pp {}, dp {} of {}, parameter gather {}",
+                     seconds_text(t.tp_comm_s), seconds_text(t.tp_hidden_s), seconds_text(t.cp_comm_s), seconds_text(t.ep_comm_s),
                      seconds_text(t.pp_comm_s), seconds_text(t.dp_exposed_s), seconds_text(t.dp_comm_s),
                      seconds_text(t.param_gather_s)));
     line(fmt::format("  pipeline bubble {}, optimizer {}", seconds_text(t.bubble_s), seconds_text(t.optimizer_s)));

@@ -19,6 +19,7 @@ void SegmentTime::add(const SegmentTime& o, double times) {
   attention_s += o.attention_s * times;
   memory_bound_s += o.memory_bound_s * times;
   tp_comm_s += o.tp_comm_s * times;
+  tp_hidden_s += o.tp_hidden_s * times;
   cp_comm_s += o.cp_comm_s * times;
   ep_comm_s += o.ep_comm_s * times;
   pp_comm_s += o.pp_comm_s * times;
@@ -39,14 +40,26 @@ SegmentTime segment_time(const Costs& costs, const HardwareProfile& gpu, recipe:
   t.memory_bound_s = fraction * (costs.memory_bytes / hbm + double(costs.memory_kernels) * gpu.kernel_overhead_s);
   double overlapped_cp = 0;
   for (const auto& c : costs.comms) {
-    double s = collective_seconds(c.kind, c.bytes, placement.of(c.group), gpu);
-    // Behind GEMMs issued while it flies (already counted in gemm_s), only the rest is exposed.
-    double hidden = 0;
-    for (const auto& g : c.behind) hidden += gemm_seconds(g, gpu, peak, hbm);
-    s = std::max(0.0, s - hidden);
+    double behind = 0;
+    for (const auto& g : c.behind) behind += gemm_seconds(g, gpu, peak, hbm);
+    double full = 0, s = 0;
+    if (c.ring_steps > 0) {
+      // A collective matmul: every step's transfer beside one chunk's GEMMs.
+      const double step = collective_seconds(CommKind::SendRecv, c.bytes / double(c.ring_steps + 1),
+                                             placement.of(c.group), gpu);
+      full = double(c.ring_steps) * step;
+      s = double(c.ring_steps) * std::max(0.0, step - behind);
+    } else {
+      // Behind GEMMs issued while it flies (already counted in gemm_s), only the rest is exposed.
+      full = collective_seconds(c.kind, c.bytes, placement.of(c.group), gpu);
+      s = std::max(0.0, full - behind);
+    }
     switch (c.group) {
       case CommGroup::Tp:
-      case CommGroup::Etp: t.tp_comm_s += s; break;
+      case CommGroup::Etp:
+        t.tp_comm_s += s;
+        t.tp_hidden_s += full - s;
+        break;
       case CommGroup::Cp:
         if (c.overlapped)
           overlapped_cp += s;

@@ -227,7 +227,7 @@ void bias_grads(Replay& r, std::initializer_list<int64_t> widths) {
 Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
   const Id n1 = norm_forward(r, x, r.Tn(), a.norm);
   a.norm_out = n1;
-  const Id in = gather_input(r, n1);
+  const Id in = gather_input(r, n1, /*gemms=*/3);
   const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
   Id q = r.gemm(r.T(), qd, r.H());
   Id k = r.gemm(r.T(), kvd, r.H());
@@ -268,7 +268,7 @@ Id attention_forward(Replay& r, Id x, AttentionBlock& a) {
     a.o_in = a.core.out;
     r.hold(a.o_in);
   }
-  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), qd));
+  const Id o = row_output(r, r.T(), r.H(), qd);
   if (r.core_recompute()) {
     r.drop(a.core.out);
     a.core.out = Timeline::kNone;
@@ -308,7 +308,7 @@ Id attention_backward(Replay& r, Id g, AttentionBlock& a) {
 Id attention_nograd(Replay& r, Id x) {
   const int64_t qd = r.s.q_heads * r.s.head_dim, kvd = r.s.kv_heads * r.s.head_dim;
   const Id n1 = norm_nograd(r, x, r.Tn());
-  const Id in = gather_input(r, n1);
+  const Id in = gather_input(r, n1, /*gemms=*/3);
   Id q = r.gemm(r.T(), qd, r.H());
   Id k = r.gemm(r.T(), kvd, r.H());
   Id v = r.gemm(r.T(), kvd, r.H());
@@ -334,7 +334,7 @@ Id attention_nograd(Replay& r, Id x) {
   r.drop(qr);
   r.drop(kr);
   r.drop(v);
-  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), qd));
+  const Id o = row_output(r, r.T(), r.H(), qd);
   r.drop(out);
   for (const Id t : until_return) r.drop(t);
   const Id h = r.ew(r.Tn() * r.H() * r.e, 2);

@@ -66,7 +66,7 @@ at::Tensor Linear::forward(const at::Tensor& x) const {
   if (kind_ == LinearKind::Column) return forward_together(x, {this})[0];
   if (kind_ == LinearKind::Replicated || tp_.size == 1) return linear(x, *param_, queue_);
   require_group(tp_, param_->name);
-  return row_parallel_linear(x, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+  return row_parallel_linear(x, *param_, queue_, TpComm{tp_.group, tp_.sp(), tp_.comm_overlap});
 }
 
 at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up, bool fused) const {
@@ -74,7 +74,7 @@ at::Tensor Linear::forward_swiglu(const at::Tensor& gate, const at::Tensor& up, 
   if (kind_ == LinearKind::Replicated || tp_.size == 1)
     return swiglu_down_linear(gate, up, *param_, queue_, TpComm{}, fused);
   require_group(tp_, param_->name);
-  return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp()}, fused);
+  return swiglu_down_linear(gate, up, *param_, queue_, TpComm{tp_.group, tp_.sp(), tp_.comm_overlap}, fused);
 }
 
 at::Tensor Linear::forward_recomputed(TensorFunction f, const std::vector<at::Tensor>& inputs) const {
@@ -82,7 +82,7 @@ at::Tensor Linear::forward_recomputed(TensorFunction f, const std::vector<at::Te
   if (kind_ == LinearKind::Replicated || tp_.size == 1)
     return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{});
   require_group(tp_, param_->name);
-  return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{tp_.group, tp_.sp()});
+  return recomputed_linear(std::move(f), inputs, *param_, queue_, TpComm{tp_.group, tp_.sp(), tp_.comm_overlap});
 }
 
 at::Tensor Linear::forward_local(const at::Tensor& x) const { return linear(x, *param_, queue_); }
@@ -105,7 +105,7 @@ std::vector<at::Tensor> Linear::forward_together(const at::Tensor& x, const std:
     params.push_back(l->param_);
   }
   require_group(first.tp_, first.param_->name);
-  return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp()}, again);
+  return column_parallel_linear(x, params, first.queue_, TpComm{first.tp_.group, first.tp_.sp(), first.tp_.comm_overlap}, again);
 }
 
 Embedding::Embedding(ParameterSet& params, const std::string& name, int64_t vocab, int64_t padded_vocab,

@@ -31,6 +31,8 @@ struct TensorParallel {
   int64_t size = 1;
   comm::Communicator* group = nullptr;
   bool sequence_parallel = false;
+  // With sp: the linears' gathers and reduce-scatters as collective matmuls (TpComm::comm_overlap).
+  bool comm_overlap = true;
   bool sp() const { return sequence_parallel && size > 1; }
 };
 

@@ -42,21 +42,26 @@ Id mlp_forward_lean(Replay& r, Id x, Id saved, int64_t rows, int64_t width, MlpS
   m.gate = r.gemm(rows, width, r.H());
   m.up = r.gemm(rows, width, r.H());
   const Id product = swiglu_product(r, rows * width * r.e);
-  const Id out = r.gemm(rows, r.H(), width);
+  const Id out = row_output(r, rows, r.H(), width);
   r.drop(product);
   return out;
 }
 
 Id mlp_backward_lean(Replay& r, Id g, MlpSaved& m, bool reduce) {
   const int64_t rows = m.rows, width = m.width, act = rows * width * r.e;
-  // The down projection's weight gradient first, from the product computed again.
-  const Id product = swiglu_product(r, act);
-  weight_grad(r, r.H(), width, rows);
-  r.drop(product);
+  // The down projection's weight gradient first, from the product computed again; with the
+  // collective matmul the input gradients first (g W_down came with the gather of g).
+  const auto down_weight_grad = [&] {
+    const Id product = swiglu_product(r, act);
+    weight_grad(r, r.H(), width, rows);
+    r.drop(product);
+  };
+  if (!r.tp_ring()) down_weight_grad();
   const Id gprod = r.gemm(rows, width, r.H());  // g W_down
   // d up = g * silu(gate) (silu again, a temporary), d gate = silu_backward(g * up, gate).
   const auto [ggate, gup] = swiglu_grads(r, act);
   r.drop(gprod);
+  if (r.tp_ring()) down_weight_grad();
   r.drop(m.gate);
   r.drop(m.up);
   return column_backward(r, {ggate, gup}, {width, width}, m.in, rows, m.regather, reduce);
@@ -73,7 +78,7 @@ Id mlp_forward_graph(Replay& r, Id x, Id saved, int64_t rows, int64_t width, Mlp
   if (!r.s.fused.swiglu) m.silu = r.ew(rows * width * r.e);  // the fused function saves gate and up only
   m.up = r.gemm(rows, width, r.H());
   m.mul = r.ew(rows * width * r.e, 2);
-  return r.gemm(rows, r.H(), width);
+  return row_output(r, rows, r.H(), width);
 }
 
 Id mlp_backward_graph(Replay& r, Id g, MlpSaved& m, bool reduce) {
@@ -112,7 +117,7 @@ Id mlp_nograd(Replay& r, Id x, int64_t rows, int64_t width) {
   const Id gate = r.gemm(rows, width, r.H());
   const Id up = r.gemm(rows, width, r.H());
   const Id mul = swiglu_product(r, rows * width * r.e);
-  const Id down = r.gemm(rows, r.H(), width);
+  const Id down = row_output(r, rows, r.H(), width);
   r.drop(mul);
   r.drop(gate);
   r.drop(up);

@@ -53,7 +53,7 @@ Id o_proj_input(Replay& r, Id out) {
 Id mla_attention_forward(Replay& r, Id x, MlaBlock& a) {
   const Id n1 = norm_forward(r, x, r.Tn(), a.norm);
   a.norm_out = n1;
-  const Id in = gather_input(r, n1);
+  const Id in = gather_input(r, n1, /*gemms=*/2);
   Id q_first, kv_a;
   down_projections(r, q_first, kv_a);
   if (in != n1) r.drop(in);
@@ -80,7 +80,7 @@ Id mla_attention_forward(Replay& r, Id x, MlaBlock& a) {
   a.core.mask = mask;
   const Id o_in = o_proj_input(r, a.core.out);
   if (!r.core_recompute()) a.o_in = o_in;
-  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), heads(r) * r.s.mla.v));
+  const Id o = row_output(r, r.T(), r.H(), heads(r) * r.s.mla.v);
   if (r.core_recompute()) {
     r.drop(o_in);
     r.drop(a.core.out);
@@ -170,7 +170,7 @@ Id mla_attention_backward(Replay& r, Id g, MlaBlock& a) {
 
 Id mla_attention_nograd(Replay& r, Id x) {
   const Id n1 = norm_nograd(r, x, r.Tn());
-  const Id in = gather_input(r, n1);
+  const Id in = gather_input(r, n1, /*gemms=*/2);
   Id q_first, kv_a;
   down_projections(r, q_first, kv_a);
   if (in != n1) r.drop(in);
@@ -193,7 +193,7 @@ Id mla_attention_nograd(Replay& r, Id x) {
   r.drop(value);
   const Id o_in = o_proj_input(r, out);
   r.drop(out);
-  const Id o = reduce_output(r, r.gemm(r.T(), r.H(), heads(r) * r.s.mla.v));
+  const Id o = row_output(r, r.T(), r.H(), heads(r) * r.s.mla.v);
   r.drop(o_in);
   r.drop(q_first);
   if (q != q_first) r.drop(q);

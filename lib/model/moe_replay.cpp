@@ -99,8 +99,8 @@ Id moe_block_forward(Replay& r, Id n2, MoeSaved& m) {
   r.drop(chosen);
   if (r.s.shared_ffn > 0) {
     m.has_shared = true;
-    const Id in = gather_input(r, tokens);
-    const Id sh = reduce_output(r, mlp_forward(r, in, tokens, r.T(), r.s.shared_ffn, m.shared, /*lean_mlp=*/false));
+    const Id in = gather_input(r, tokens, /*gemms=*/2);
+    const Id sh = mlp_forward(r, in, tokens, r.T(), r.s.shared_ffn, m.shared, /*lean_mlp=*/false);
     if (in != tokens) r.drop(in);
     const Id sum = r.ew(N * r.H() * r.e, 2);
     r.drop(combined);
@@ -221,8 +221,8 @@ Id moe_block_nograd(Replay& r, Id tokens) {
   combined = added;
   for (Id t : {probs, chosen, weights, order, token_of, weight_of}) r.drop(t);
   if (r.s.shared_ffn > 0) {
-    const Id in = gather_input(r, tokens);
-    const Id sh = reduce_output(r, mlp_nograd(r, in, r.T(), r.s.shared_ffn));
+    const Id in = gather_input(r, tokens, /*gemms=*/2);
+    const Id sh = mlp_nograd(r, in, r.T(), r.s.shared_ffn);
     if (in != tokens) r.drop(in);
     const Id sum = r.ew(N * r.H() * r.e, 2);
     r.drop(sh);

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <memory>
 #include <tuple>
 
 #include "model/fused_ops.h"
 #include "model/weight_use.h"
+#include "parallel/tensor/collective_matmul.h"
 #include "parallel/tensor/group_handle.h"
 
 namespace trainer::model {
@@ -63,6 +65,29 @@ at::Tensor sum_row_parallel(at::Tensor partial, comm::Communicator& tp, bool seq
   return out;
 }
 
+// y = x W^T summed over tp like sum_row_parallel; with sequence parallelism and `overlap` the
+// reduce-scatter is a ring pipelined with the GEMM's chunks (parallel/tensor/collective_matmul.h).
+at::Tensor row_parallel_product(const at::Tensor& x, const at::Tensor& weight, comm::Communicator& tp,
+                                bool sequence_parallel, bool overlap) {
+  if (sequence_parallel && overlap) return parallel::matmul_reduce_scatter(x, weight.t(), tp);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return sum_row_parallel(rows_of(x).mm(weight.t()).view(shape), tp, sequence_parallel);
+}
+
+// A row-parallel backward's output gradient gathered along the sequence (sequence parallelism).
+// With `overlap` and `weight` (the input gradient wanted), the gather is a ring that multiplies
+// each arriving chunk by the weight: *grad_input = gathered W (collective matmul); otherwise
+// *grad_input is left undefined for the caller to compute.
+at::Tensor gather_output_grad(const at::Tensor& g, comm::Communicator& tp, bool overlap, Parameter* weight,
+                              at::Tensor* grad_input) {
+  if (!overlap || weight == nullptr) return Gather(g, tp).wait();
+  const WeightUse w(*weight);
+  at::Tensor gathered;
+  *grad_input = parallel::all_gather_matmul(g, {w.get()}, tp, &gathered).at(0);
+  return gathered;
+}
+
 std::vector<int64_t> with_last(const at::Tensor& x, int64_t last) {
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = last;
@@ -73,7 +98,8 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
   // `weight_leaves` are the parameters' tensors: passed so that the outputs require grad, never read.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weight_leaves,
                                c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<GroupHandle> group,
-                               bool sequence_parallel, c10::intrusive_ptr<detail::InputAgainHandle> again) {
+                               bool sequence_parallel, bool overlap,
+                               c10::intrusive_ptr<detail::InputAgainHandle> again) {
     (void)weight_leaves;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
@@ -82,6 +108,16 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
       ctx->saved_data["again"] = c10::IValue::make_capsule(again);
     else
       ctx->save_for_backward({x});  // with sp the chunk, not the gathered copy
+    if (sequence_parallel && overlap) {
+      // Every weight's rows of each arriving chunk, while the next chunk travels.
+      std::vector<std::unique_ptr<WeightUse>> uses;
+      std::vector<at::Tensor> transposed;
+      for (Parameter* p : handle->params) {
+        uses.push_back(std::make_unique<WeightUse>(*p));
+        transposed.push_back(uses.back()->get().t());
+      }
+      return parallel::all_gather_matmul(x, transposed, *group->group);
+    }
     const at::Tensor total = sequence_parallel ? Gather(x, *group->group).wait() : x;
     variable_list outputs;
     for (Parameter* p : handle->params) {
@@ -124,7 +160,7 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
       weight_gradient(handle->queue,
                       [go = rows_of(grads[i]), in = rows_of(total), &p] { accumulate_gradient_mm(p, go.t(), in); });
     }
-    variable_list result(1 + n + 4);
+    variable_list result(1 + n + 5);
     if (reduce) {
       reduce->wait();
       result[0] = grad_x.view(x.sizes());
@@ -136,15 +172,15 @@ struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLin
 struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight_leaf,
                             c10::intrusive_ptr<WeightHandle> handle, c10::intrusive_ptr<GroupHandle> group,
-                            bool sequence_parallel) {
+                            bool sequence_parallel, bool overlap) {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
+    ctx->saved_data["overlap"] = overlap;
     ctx->save_for_backward({x});
     const WeightUse w(*handle->params[0]);
-    return sum_row_parallel(rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0))), *group->group,
-                            sequence_parallel);
+    return row_parallel_product(x, w.get(), *group->group, sequence_parallel, overlap);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -152,16 +188,21 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
     comm::Communicator& tp = group_of(ctx);
     Parameter& p = *handle->params[0];
     const at::Tensor x = ctx->get_saved_variables()[0];
-    const at::Tensor go = ctx->saved_data["sp"].toBool() ? Gather(grads[0], tp).wait() : grads[0];
     at::Tensor grad_x;
-    if (ctx->needs_input_grad(0)) {
+    const at::Tensor go =
+        ctx->saved_data["sp"].toBool()
+            ? gather_output_grad(grads[0], tp, ctx->saved_data["overlap"].toBool(),
+                                 ctx->needs_input_grad(0) ? &p : nullptr, &grad_x)
+            : grads[0];
+    if (ctx->needs_input_grad(0) && !grad_x.defined()) {
       const WeightUse w(p);
-      grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+      grad_x = rows_of(go).mm(w.get());
     }
+    if (grad_x.defined()) grad_x = grad_x.view(x.sizes());
     if (ctx->needs_input_grad(1))
       weight_gradient(handle->queue,
                       [g = rows_of(go), in = rows_of(x), &p] { accumulate_gradient_mm(p, g.t(), in); });
-    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -169,17 +210,18 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
   // `group` null: one rank (no reduction). The inputs reach apply as a TensorList (see recompute.cpp).
   static at::Tensor forward(AutogradContext* ctx, c10::intrusive_ptr<FunctionHolder> f, at::TensorList inputs,
                             const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
-                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel) {
+                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel, bool overlap) {
     (void)weight_leaf;
     ctx->saved_data["fn"] = c10::IValue::make_capsule(f);
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
+    ctx->saved_data["overlap"] = overlap;
     ctx->save_for_backward(inputs.vec());
     const at::Tensor x = first_pass(f->fn, inputs.vec()).at(0);
     const WeightUse w(*handle->params[0]);
-    at::Tensor partial = rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
-    return group ? sum_row_parallel(std::move(partial), *group->group, sequence_parallel) : partial;
+    if (group) return row_parallel_product(x, w.get(), *group->group, sequence_parallel, overlap);
+    return rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -196,11 +238,15 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
       // With sp the output gradient gathered over the whole sequence: gone before the core's backward
       // (unless a deferred weight gradient keeps it, as row_parallel_linear's would).
       const at::Tensor go =
-          group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
-      if (x.requires_grad()) {
+          group && ctx->saved_data["sp"].toBool()
+              ? gather_output_grad(grads[0], *group->group, ctx->saved_data["overlap"].toBool(),
+                                   x.requires_grad() ? &p : nullptr, &grad_x)
+              : grads[0];
+      if (x.requires_grad() && !grad_x.defined()) {
         const WeightUse w(p);
-        grad_x = rows_of(go).mm(w.get()).view(x.sizes());
+        grad_x = rows_of(go).mm(w.get());
       }
+      if (grad_x.defined()) grad_x = grad_x.view(x.sizes());
       if (ctx->needs_input_grad(saved.size()))  // the weight leaf follows the inputs among the tensors
         weight_gradient(handle->queue,
                         [g = rows_of(go), in = rows_of(x.detach()), &p] { accumulate_gradient_mm(p, g.t(), in); });
@@ -208,7 +254,7 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
     if (grad_x.defined()) torch::autograd::backward({x}, {grad_x});
     variable_list result = {at::Tensor()};  // none for the function
     for (const auto& input : again.inputs) result.push_back(input.requires_grad() ? input.grad() : at::Tensor());
-    for (int i = 0; i < 4; ++i) result.push_back(at::Tensor());  // weight leaf, handles, sp
+    for (int i = 0; i < 5; ++i) result.push_back(at::Tensor());  // weight leaf, handles, sp, overlap
     return result;
   }
 };
@@ -222,17 +268,18 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
   // `group` null: one rank (no reduction).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
                             const at::Tensor& weight_leaf, c10::intrusive_ptr<WeightHandle> handle,
-                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel, bool fused) {
+                            c10::intrusive_ptr<GroupHandle> group, bool sequence_parallel, bool overlap, bool fused) {
     (void)weight_leaf;
     ctx->saved_data["weight"] = c10::IValue::make_capsule(handle);
     ctx->saved_data["group"] = c10::IValue::make_capsule(group);
     ctx->saved_data["sp"] = sequence_parallel;
+    ctx->saved_data["overlap"] = overlap;
     ctx->saved_data["fused"] = fused;
     ctx->save_for_backward({gate, up});
     const WeightUse w(*handle->params[0]);
     const at::Tensor product = swiglu_product(gate, up, fused);
-    at::Tensor partial = rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
-    return group ? sum_row_parallel(std::move(partial), *group->group, sequence_parallel) : partial;
+    if (group) return row_parallel_product(product, w.get(), *group->group, sequence_parallel, overlap);
+    return rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -241,27 +288,36 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor gate = saved[0], up = saved[1];
     const auto group = c10::static_intrusive_pointer_cast<GroupHandle>(ctx->saved_data["group"].toCapsule());
-    const at::Tensor go =
-        group && ctx->saved_data["sp"].toBool() ? Gather(grads[0], *group->group).wait() : grads[0];
-    // The weight gradient first (unless deferred): its recomputed product is freed before the
-    // input gradient's temporaries exist. silu(gate) is computed for each use rather than held
-    // across both (a [tokens, I] buffer at the backward's peak).
     const bool use_fused = ctx->saved_data["fused"].toBool();
+    const bool input_grads = ctx->needs_input_grad(0) || ctx->needs_input_grad(1);
+    // With the overlapped gather (collective matmul) the product's gradient comes with the gather.
+    const bool ring = group && ctx->saved_data["sp"].toBool() && ctx->saved_data["overlap"].toBool() && input_grads;
+    at::Tensor grad_product;
+    const at::Tensor go = group && ctx->saved_data["sp"].toBool()
+                              ? gather_output_grad(grads[0], *group->group, ring, ring ? &p : nullptr, &grad_product)
+                              : grads[0];
+    at::Tensor grad_gate, grad_up;
+    auto input_gradients = [&] {
+      if (!grad_product.defined()) {
+        const WeightUse w(p);
+        grad_product = rows_of(go).mm(w.get());
+      }
+      std::tie(grad_gate, grad_up) = use_fused ? fused::swiglu_backward(grad_product.view(gate.sizes()), gate, up)
+                                               : swiglu_backward(grad_product.view(gate.sizes()), gate, up);
+      grad_product = at::Tensor();
+    };
+    // The product's gradient from the ring is turned into gate and up gradients first, so that it
+    // is gone before the weight gradient recomputes the product.
+    if (ring) input_gradients();
+    // Otherwise the weight gradient first (unless deferred): its recomputed product is freed before
+    // the input gradient's temporaries exist. silu(gate) is computed for each use rather than held
+    // across both (a [tokens, I] buffer at the backward's peak).
     if (ctx->needs_input_grad(2))
       weight_gradient(handle->queue, [g = rows_of(go), gate, up, use_fused, &p] {
         accumulate_gradient_mm(p, g.t(), rows_of(swiglu_product(gate, up, use_fused)));
       });
-    at::Tensor grad_gate, grad_up;
-    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
-      at::Tensor grad_product;
-      {
-        const WeightUse w(p);
-        grad_product = rows_of(go).mm(w.get()).view(gate.sizes());
-      }
-      std::tie(grad_gate, grad_up) =
-          use_fused ? fused::swiglu_backward(grad_product, gate, up) : swiglu_backward(grad_product, gate, up);
-    }
-    return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    if (input_grads && !ring) input_gradients();
+    return {grad_gate, grad_up, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -279,7 +335,7 @@ at::Tensor swiglu_down_linear(const at::Tensor& gate, const at::Tensor& up, Para
   return SwigluDownLinear::apply(gate, up, weight.tensor,
                                  c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
                                  tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
-                                 tp.sequence_parallel, fused);
+                                 tp.sequence_parallel, tp.comm_overlap, fused);
 }
 
 at::Tensor recomputed_linear(TensorFunction f, const std::vector<at::Tensor>& inputs, Parameter& weight,
@@ -287,7 +343,7 @@ at::Tensor recomputed_linear(TensorFunction f, const std::vector<at::Tensor>& in
   return RecomputedLinear::apply(c10::make_intrusive<FunctionHolder>(std::move(f)), at::TensorList(inputs), weight.tensor,
                                  c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
                                  tp.group ? c10::make_intrusive<GroupHandle>(tp.group) : c10::intrusive_ptr<GroupHandle>(),
-                                 tp.sequence_parallel);
+                                 tp.sequence_parallel, tp.comm_overlap);
 }
 
 std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::vector<Parameter*>& weights,
@@ -297,12 +353,12 @@ std::vector<at::Tensor> column_parallel_linear(const at::Tensor& x, const std::v
   for (Parameter* p : weights) leaves.push_back(p->tensor);
   return ColumnParallelLinear::apply(x, at::TensorList(leaves), c10::make_intrusive<WeightHandle>(weights, queue),
                                      c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel,
-                                     detail::again_handle(again));
+                                     tp.comm_overlap, detail::again_handle(again));
 }
 
 at::Tensor row_parallel_linear(const at::Tensor& x, Parameter& weight, WeightGradQueue* queue, TpComm tp) {
   return RowParallelLinear::apply(x, weight.tensor, c10::make_intrusive<WeightHandle>(std::vector<Parameter*>{&weight}, queue),
-                                  c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel);
+                                  c10::make_intrusive<GroupHandle>(tp.group), tp.sequence_parallel, tp.comm_overlap);
 }
 
 }  // namespace trainer::model

@@ -6,7 +6,10 @@
 //     parallelism) and computes the weight gradients while it runs;
 //   - with sequence parallelism the column-parallel input is saved as this rank's sequence chunk
 //     and all-gathered again in backward (overlapped with the input-gradient GEMMs), never saved
-//     gathered (Korthikanti et al.).
+//     gathered (Korthikanti et al.);
+//   - with sequence parallelism and TpComm::comm_overlap the forward's gather and reduce-scatter
+//     and the row-parallel backward's gather are collective matmuls: each chunk of the sequence is
+//     multiplied while the next one travels around the tp ring.
 // The weights are the custom linear's (model/linear_function.h): gathered per use, weight
 // gradients added into the parameter's gradient or queued while the queue defers them (then the
 // collective is simply waited for). Activations are [s, b, h]: the sequence is dimension 0, so
@@ -27,6 +30,11 @@ namespace trainer::model {
 struct TpComm {
   comm::Communicator* group = nullptr;  // the tp group (size > 1)
   bool sequence_parallel = false;
+  // With sequence parallelism: the forward's all-gather before a column-parallel GEMM and
+  // reduce-scatter after a row-parallel one, and the row-parallel backward's gather of the output
+  // gradient, run as rings pipelined with the GEMM's chunks (parallel/tensor/collective_matmul.h;
+  // parallel.tp_comm_overlap).
+  bool comm_overlap = true;
 };
 
 // Column-parallel linears that read one input (q/k/v, gate/up, the LM head alone): returns

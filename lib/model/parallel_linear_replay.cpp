@@ -54,10 +54,30 @@ Id column_backward(Replay& r, const std::vector<Id>& gs, const std::vector<int64
   return res;
 }
 
-Id gather_input(Replay& r, Id x) {
+Id gather_input(Replay& r, Id x, int gemms) {
   if (!r.sp()) return x;
-  r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
-  return r.alloc(r.T() * r.H() * r.e);
+  const size_t gather = r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
+  if (gemms == 0 || !r.tp_ring()) return r.alloc(r.T() * r.H() * r.e);
+  r.ring(gather, gemms);
+  return r.alloc((r.s.tp > 2 ? 2 : 1) * r.Tn() * r.H() * r.e);  // the chunk arriving (and the one held)
+}
+
+Id row_output(Replay& r, int64_t rows, int64_t n, int64_t k) {
+  if (!r.tp_ring()) return reduce_output(r, r.gemm(rows, n, k));
+  const int64_t chunk_rows = rows / r.s.tp, chunk = chunk_rows * n * r.e;
+  const size_t ring = r.comm(CommKind::ReduceScatter, CommGroup::Tp, rows * n * r.e);
+  r.ring(ring, 0);
+  Id sum = r.gemm(chunk_rows, n, k);
+  for (int64_t step = 1; step < r.s.tp; ++step) {
+    const Id received = r.alloc(chunk);
+    const size_t mark = r.gemm_mark();
+    const Id mine = r.gemm(chunk_rows, n, k);  // while the running sum travels
+    if (step == 1) r.behind(ring, mark);        // every step has one chunk behind it
+    r.drop(sum);
+    r.accumulate(received, mine);  // received += mine
+    sum = received;
+  }
+  return sum;
 }
 
 Id reduce_output(Replay& r, Id y) {
@@ -86,7 +106,8 @@ Id reduce_grad(Replay& r, Id g) {
 
 Id gather_grad_copy(Replay& r, Id g) {
   if (!r.sp()) return g;
-  r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
+  const size_t gather = r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
+  if (r.tp_ring()) r.ring(gather, 1);
   return r.alloc(r.T() * r.H() * r.e);
 }
 

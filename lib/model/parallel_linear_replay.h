@@ -37,16 +37,27 @@ Id column_backward(Replay& r, const std::vector<Id>& gs, const std::vector<int64
 // --- tensor-parallel boundaries -------------------------------------------------------------
 // Input of a column-parallel block: with sp, all-gather the norm output (the gathered copy is
 // not saved: backward gathers again, as Megatron does); with tp only, the input is replicated.
-Id gather_input(Replay& r, Id x);
+// `gemms` > 0: the input of that many column-parallel linears that read it together (q/k/v,
+// gate/up); with the collective matmul (Replay::tp_ring) no gathered copy exists, only the chunks
+// in flight (one; two from tp 3), and the next `gemms` GEMMs run chunk by chunk behind the ring's
+// steps. 0: gathered whole (the LM head's gather_from_sp).
+Id gather_input(Replay& r, Id x, int gemms = 0);
 
 // Output of a row-parallel block: all-reduce (tp) or reduce-scatter (sp) of the partial sums.
 Id reduce_output(Replay& r, Id y);
+
+// A row-parallel linear's output, y = x W^T [rows, n] for x [rows, k], summed over tp:
+// reduce_output of one GEMM or, with the collective matmul, tp chunk GEMMs pipelined with the
+// ring's steps, at most three chunks [rows / tp, n] alive (the running sum, the one arriving, the
+// next partial product) and never the whole product.
+Id row_output(Replay& r, int64_t rows, int64_t n, int64_t k);
 
 // Backward of gather_input: the input gradient is summed (sp: reduce-scattered) across tp.
 Id reduce_grad(Replay& r, Id g);
 
 // With sp the row-parallel output's gradient is all-gathered into a new buffer; otherwise the
-// residual gradient itself feeds the projection.
+// residual gradient itself feeds the projection. With the collective matmul the next GEMM
+// recorded (the input gradient g W) runs chunk by chunk behind the gather's ring steps.
 Id gather_grad_copy(Replay& r, Id g);
 
 }  // namespace trainer::model::replays

@@ -63,8 +63,8 @@ Id dense_forward_inner(Replay& r, Id x, DenseLayer& l) {
   const Id h = attention_forward(r, x, l.attn);
   const Id n2 = norm_forward(r, h, r.Tn(), l.norm2);
   l.norm2_out = n2;
-  const Id in = gather_input(r, n2);
-  const Id down = reduce_output(r, mlp_forward(r, in, n2, r.T(), r.s.ffn, l.mlp, r.lean()));
+  const Id in = gather_input(r, n2, /*gemms=*/2);
+  const Id down = mlp_forward(r, in, n2, r.T(), r.s.ffn, l.mlp, r.lean());
   if (in != n2) r.drop(in);
   r.drop(n2);  // the local reference; gate and up keep theirs
   if (r.norm_recompute()) {  // ... unless they compute it again in backward
@@ -90,11 +90,10 @@ Id dense_backward_inner(Replay& r, Id g, DenseLayer& l) {
 Id dense_nograd(Replay& r, Id x) {
   const Id h = attention_nograd_of(r, x);
   const Id n2 = norm_nograd(r, h, r.Tn());
-  const Id in = gather_input(r, n2);
-  const Id down = mlp_nograd(r, in, r.T(), r.s.ffn);
+  const Id in = gather_input(r, n2, /*gemms=*/2);
+  const Id y = mlp_nograd(r, in, r.T(), r.s.ffn);
   if (in != n2) r.drop(in);
   r.drop(n2);
-  const Id y = reduce_output(r, down);
   const Id out = r.ew(r.Tn() * r.H() * r.e, 2);
   r.drop(y);
   r.drop(h);

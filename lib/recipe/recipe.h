@@ -330,6 +330,7 @@ struct ParallelConfig {
   int64_t tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
   int64_t dp = -1;  // -1 until a world size is known
   bool sequence_parallel = false;
+  bool tp_comm_overlap = true;  // with sequence parallelism: collective matmuls
   int64_t zero = 0;
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;
   // Decoder layers per model chunk (pp * vpp entries in model order); empty: a balanced split.
@@ -384,6 +385,14 @@ struct ParallelConfig {
         "With tp > 1: shard the activations between blocks (residual stream, norms) along the "
         "sequence across tp ranks (reduce-scatter/all-gather instead of all-reduce; norm "
         "gradients summed over tp) ([distributed.md](distributed.md#tensor-parallelism)).");
+    t.key("tp_comm_overlap", &ParallelConfig::tp_comm_overlap, any(),
+        "With `parallel.sequence_parallel`: the all-gather before each column-parallel GEMM and "
+        "the reduce-scatter after each row-parallel GEMM (forward), and the gather of a "
+        "row-parallel output's gradient (backward), run as a ring of tp - 1 send/recv steps "
+        "pipelined with the GEMM's chunks (collective matmul): chunk i is multiplied while chunk "
+        "i + 1 travels. Bit-identical to `false` at tp 2; at larger tp the reduce-scatter adds "
+        "in ring order (fp32 rounding). No effect without sequence parallelism "
+        "([distributed.md](distributed.md#tensor-parallelism)).");
     t.key("zero", &ParallelConfig::zero, between(0, 3),
         "ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also parameters (gathered "
         "layer by layer where they are used), over the data- and context-parallel ranks (experts "

@@ -432,7 +432,9 @@ class Checker {
     if (c.keep == 1)
       add("checkpoint.keep=1 would delete the last committed checkpoint while the next is being written; use "
           "keep >= 2, or 0 to keep all");
-    if (c.resume.mode == ResumeFrom::Mode::Path && c.resume.path.empty()) add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");    if (c.max_restarts > 0 && !c.dir)
+    if (c.resume.mode == ResumeFrom::Mode::Path && c.resume.path.empty())
+      add("checkpoint.resume is empty; use \"auto\", \"none\" or a checkpoint path");
+    if (c.max_restarts > 0 && !c.dir)
       warnings.push_back(fmt::format("checkpoint.max_restarts={} without checkpoint.dir: every restart starts the run "
                                      "from its beginning; set checkpoint.dir and checkpoint.interval",
                                      c.max_restarts));

@@ -49,7 +49,7 @@ model::ModelOptions model_options(const recipe::Recipe& r, const recipe::MeshSha
   model::ModelOptions options;
   options.chunks = pipeline.chunks;
   options.tp = {groups.coordinates().tp, groups.layout().shape().tp, &groups.get(mesh::GroupKind::Tp),
-                r.parallel.sequence_parallel};
+                r.parallel.sequence_parallel, r.parallel.tp_comm_overlap};
   options.cp = {groups.coordinates().cp, groups.layout().shape().cp, &groups.get(mesh::GroupKind::Cp),
                 r.parallel.cp_method == recipe::CpMethod::Ulysses ? model::ContextParallel::Method::Ulysses
                                                   : model::ContextParallel::Method::Ring};

@@ -407,6 +407,47 @@ TEST_CASE("dist: tensor parallelism reproduces the single-process loss curve", "
   }
 }
 
+TEST_CASE("dist: collective matmuls on and off (parallel.tp_comm_overlap) - bit-identical losses at tp 2 and across a resume that switches them - fp32 rounding at tp 3 and 4",
+          "[dist][tp]") {
+  TempDir dir;
+  const std::string tiny = trainer_binary() + " run " + kTiny;
+  auto mesh = [](int tp) {
+    return " --nproc-per-node " + std::to_string(tp) + " --set parallel.tp=" + std::to_string(tp) +
+           " --set parallel.sequence_parallel=true";
+  };
+  auto overlap = [](bool on) { return std::string(" --set parallel.tp_comm_overlap=") + (on ? "true" : "false"); };
+  // tp 2: the ring's reduce-scatter adds two partial products, as the all-reduce does: equal bit
+  // for bit, also when a run saved with the collective matmuls resumes without them.
+  const auto [checkpoint, on] = save_at_step_10(dir.path(), "on", tiny, mesh(2) + overlap(true), "");
+  const std::string off_file = dir.path() + "/off.jsonl";
+  const auto off_run = bash(tiny + mesh(2) + overlap(false) + common_sets(off_file));
+  INFO(off_run.out << off_run.err);
+  REQUIRE(off_run.exit_code == 0);
+  const auto off = read_jsonl(off_file);
+  REQUIRE(off.size() == on.size());
+  for (size_t i = 0; i < on.size(); ++i) CHECK(on[i]["loss"].get<double>() == off[i]["loss"].get<double>());
+  CHECK(resume_difference(dir.path(), "switched", tiny, checkpoint, mesh(2) + overlap(false), "", on) == 0.0);
+  // tp 3 (63 positions: 21 per rank) and tp 4: three and four partial products added in ring
+  // order instead of Gloo's.
+  const std::string tp3 = " --set model.num_attention_heads=6 --set model.num_key_value_heads=3 --set model.head_dim=16"
+                          " --set model.intermediate_size=384 --set model.vocab_size=255";
+  for (const auto& [tp, model, extra] : std::vector<std::tuple<int, std::string, std::string>>{
+           {3, tp3, " --set training.seq_len=63"}, {4, " --set model.num_key_value_heads=4", ""}}) {
+    std::vector<nlohmann::json> curves[2];
+    for (const bool on_off : {true, false}) {
+      const std::string file = dir.path() + "/tp" + std::to_string(tp) + (on_off ? "-on" : "-off") + ".jsonl";
+      const auto r = bash(tiny + model + mesh(tp) + overlap(on_off) + common_sets(file) + extra);
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+      curves[on_off ? 0 : 1] = read_jsonl(file);
+    }
+    REQUIRE(curves[0].size() == curves[1].size());
+    const double worst = max_relative_difference(curves[1], curves[0]);
+    std::printf("tp %d sp: collective matmuls on against off: largest relative loss difference %.3g\n", tp, worst);
+    CHECK(worst < 1e-6);
+  }
+}
+
 TEST_CASE("dist: document masking reproduces the single-process loss curve under tp2 sp - pp2 1f1b - dp2 ZeRO-3 - cp2 ring with and without a window and Ulysses - ep2 - MTP",
           "[dist][documents]") {
   TempDir dir;

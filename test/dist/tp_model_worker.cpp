@@ -5,15 +5,19 @@
 // against their definitions, the loss, and every parameter gradient against the matching slice of
 // the whole model's (with sequence parallelism, SP=1, the norm weights' gradients are partial sums
 // over each rank's tokens, and the q/k norms' over each rank's heads: summed over tp first, as the
-// gradient buckets do). The model has q/k/v biases, q/k norms and a sliding window in one layer.
+// gradient buckets do). The model has q/k/v biases, q/k norms and a sliding window in one layer;
+// with sp it runs with the collective matmuls (parallel.tp_comm_overlap) and without. The collective
+// matmuls are also checked alone against their definitions.
 // Exit 0 when everything matches.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "model/transformer.h"
+#include "parallel/tensor/collective_matmul.h"
 #include "parallel/tensor/communication.h"
 #include "expect_close.h"
 #include "worker_groups.h"
@@ -71,15 +75,59 @@ void check_operators(comm::Communicator& tp) {
   expect_close(x.grad(), want, "scatter_to_sp backward");
 }
 
+// Collective matmul (parallel/tensor/collective_matmul.h) against its definition, at odd sizes
+// (3 sequence rows of 2 samples per rank, widths 5, 7 and 4): in fp64 close to the gathered
+// product and to the summed products; in fp32 the gather's products equal an all-gather followed
+// by one GEMM bit for bit (rows only regrouped), and at tp 2 so does the reduce-scatter (one
+// addition per element, commutative).
+void check_collective_matmul(comm::Communicator& tp) {
+  const int64_t n = tp.size(), r = tp.rank();
+  for (const auto dtype : {at::kDouble, at::kFloat}) {
+    const auto options = at::TensorOptions().dtype(dtype);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+    const at::Tensor all = at::randn({3 * n, 2, 5}, gen, options);  // every rank's chunk, rank order
+    const at::Tensor w1 = at::randn({5, 7}, gen, options), w2 = at::randn({5, 4}, gen, options);
+    const at::Tensor x = all.narrow(0, 3 * r, 3).clone();
+    at::Tensor gathered;
+    const auto outs = parallel::all_gather_matmul(x, {w1, w2}, tp, &gathered);
+    const at::Tensor want1 = all.reshape({-1, 5}).mm(w1).view({3 * n, 2, 7});
+    const at::Tensor want2 = all.reshape({-1, 5}).mm(w2).view({3 * n, 2, 4});
+    // Every rank's rows times its own weight, summed over the ranks; rank r keeps its chunk.
+    const at::Tensor local = all * double(r + 1);  // the rank's own [3n, 2, 5] input
+    at::Tensor sum = at::zeros({3 * n, 2, 7}, options);
+    for (int64_t q = 0; q < n; ++q) sum += (all * double(q + 1)).reshape({-1, 5}).mm(w1).view({3 * n, 2, 7});
+    const at::Tensor reduced = parallel::matmul_reduce_scatter(local, w1, tp);
+    const at::Tensor want_reduced = sum.narrow(0, 3 * r, 3);
+    if (dtype == at::kDouble) {
+      expect_close(outs[0], want1, "all_gather_matmul (first weight)");
+      expect_close(outs[1], want2, "all_gather_matmul (second weight)");
+      expect_close(reduced, want_reduced, "matmul_reduce_scatter");
+    } else {
+      // The unchunked path as the tp layers run it: an all-gather, then one GEMM per weight.
+      at::Tensor total = at::empty({3 * n, 2, 5}, options);
+      tp.all_gather(total, x)->wait();
+      if (!at::equal(gathered, all) || !at::equal(total, all)) throw std::runtime_error("fp32: the gathered input differs");
+      if (!at::equal(outs[0], total.reshape({-1, 5}).mm(w1).view({3 * n, 2, 7})) ||
+          !at::equal(outs[1], total.reshape({-1, 5}).mm(w2).view({3 * n, 2, 4})))
+        throw std::runtime_error("fp32: all_gather_matmul is not bit-identical to all-gather then GEMM");
+      at::Tensor partial = local.reshape({-1, 5}).mm(w1).view({3 * n, 2, 7}), unchunked = at::empty({3, 2, 7}, options);
+      tp.reduce_scatter(unchunked, partial, comm::ReduceOp::Sum)->wait();
+      if (n == 2 && !at::equal(reduced, unchunked))
+        throw std::runtime_error("fp32 tp 2: matmul_reduce_scatter is not bit-identical to GEMM then reduce-scatter");
+      test::expect_close(reduced, unchunked, "fp32 matmul_reduce_scatter", 1e-5, 1e-5);
+    }
+  }
+}
+
 // The whole model and its tp-sharded copy (fp64) on the same tokens: equal loss, and every
 // gradient equal to the whole model's slice once the replicated ones are summed over tp.
-void check_model(const recipe::ModelConfig& c, comm::Communicator& tp, bool sp, const char* label) {
+void check_model(const recipe::ModelConfig& c, comm::Communicator& tp, bool sp, bool overlap, const char* label) {
   model::ModelOptions options;
   options.config = c;
   options.seed = 9;
   options.dtype = at::kDouble;
   model::Transformer whole(options);
-  options.tp = {tp.rank(), tp.size(), &tp, sp};
+  options.tp = {tp.rank(), tp.size(), &tp, sp, overlap};
   model::Transformer sharded(options);
 
   // 12 positions: sequence parallelism splits them 2, 3 or 4 ways.
@@ -118,9 +166,10 @@ void check_model(const recipe::ModelConfig& c, comm::Communicator& tp, bool sp, 
     padding_rows += padding;
   }
   std::printf(
-      "rank %lld: %s: tp %lld tied %d sp %d vocab %lld padded to %lld: loss %.12g, %zu gradients match (%lld summed "
+      "rank %lld: %s: tp %lld tied %d sp %d overlap %d vocab %lld padded to %lld: loss %.12g, %zu gradients match (%lld summed "
       "over tp, %lld padding rows)\n",
-      (long long)tp.rank(), label, (long long)tp.size(), int(c.tie_word_embeddings), int(sp), (long long)c.vocab_size,
+      (long long)tp.rank(), label, (long long)tp.size(), int(c.tie_word_embeddings), int(sp), int(overlap),
+      (long long)c.vocab_size,
       (long long)c.padded_vocab_size(tp.size()), part.loss_sum.item<double>(), sharded.parameters().all().size(),
       (long long)over_tp, (long long)padding_rows);
 }
@@ -140,6 +189,7 @@ int main(int argc, char** argv) {
     mesh::ProcessGroups& groups = *owned;
     comm::Communicator& tp = groups.get(mesh::GroupKind::Tp);
     check_operators(tp);
+    check_collective_matmul(tp);
 
     // Heads, key/value heads and the MLP split by the tp size; the vocabulary is padded: with divisor
     // 1 the last rank holds tp - 1 padding rows, with 128 the first rank holds every real row and
@@ -164,7 +214,9 @@ int main(int argc, char** argv) {
     c.qk_norm = true;
     c.sliding_window = 5;
     c.sliding_window_layers = {1};
-    check_model(c, tp, sp, "gqa with biases, q/k norms and a window");
+    // With sp, the linears' collectives as collective matmuls (parallel.tp_comm_overlap) and not.
+    for (const bool overlap : sp ? std::vector<bool>{true, false} : std::vector<bool>{false})
+      check_model(c, tp, sp, overlap, "gqa with biases, q/k norms and a window");
     // DeepSeek's latent attention: heads split, the down-projections and latent norms replicated
     // (their gradients summed over tp), YaRN's softmax scale; with the tied embedding, no query latent.
     recipe::ModelConfig mla = c;
@@ -187,7 +239,7 @@ int main(int argc, char** argv) {
     yarn.mscale = 1.0;
     yarn.mscale_all_dim = 1.0;
     mla.rope_scaling = yarn;
-    check_model(mla, tp, sp, "latent attention");
+    check_model(mla, tp, sp, /*overlap=*/sp, "latent attention");
     groups.world().barrier();
     return 0;
   } catch (const std::exception& e) {

@@ -61,8 +61,8 @@ const std::set<std::string> kBreakdown = {
     "activations_other_microbatches", "microbatch_peak", "microbatch_peak_at", "logits_and_loss",
     "logits_and_loss_peak", "optimizer_step_transient", "zero2_full_buckets", "zero3_gathered"};
 const std::set<std::string> kTime = {"gemm_s", "attention_s", "memory_bound_s", "recompute_s", "tp_comm_s",
-                                     "cp_comm_s", "ep_comm_s", "pp_comm_s", "microbatch_s", "bubble_s", "dp_comm_s",
-                                     "dp_exposed_s", "param_gather_s", "optimizer_s", "kernels", "host_s",
+                                     "tp_hidden_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "microbatch_s", "bubble_s",
+                                     "dp_comm_s", "dp_exposed_s", "param_gather_s", "optimizer_s", "kernels", "host_s",
                                      "host_exposed_s"};
 const std::set<std::string> kMesh = {"tp", "cp", "dp", "pp", "vpp", "ep", "etp", "edp", "global_batch_size",
                                      "micro_batch_size", "microbatches"};
