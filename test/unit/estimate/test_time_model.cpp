@@ -73,6 +73,61 @@ TEST_CASE("tensor parallelism: the backward's input-gradient collectives hide be
   }
 }
 
+TEST_CASE("a collective matmul's ring exposes tp - 1 times what of each step one chunk's GEMMs do not hide", "[estimate]") {
+  MeshPlacement placement;
+  placement.tp.size = 8;
+  const double bytes = 64e6;
+  Costs plain;
+  plain.comms.push_back(CommOp{CommKind::AllGather, CommGroup::Tp, bytes, false, {}});
+  const SegmentTime whole = segment_time(plain, h100(), trainer::recipe::Precision::BF16, placement, false);
+  // Seven steps of an eighth of the buffer each: the same time as the all-gather, all of it exposed
+  // with nothing beside the steps.
+  Costs ring = plain;
+  ring.comms[0].ring_steps = 7;
+  const double link = h100().nvlink.bytes_per_s * h100().nvlink.efficiency;
+  const double step = h100().nvlink.latency_s + bytes / 8 / link;
+  const SegmentTime alone = segment_time(ring, h100(), trainer::recipe::Precision::BF16, placement, false);
+  CHECK(alone.tp_comm_s == Approx(7 * step));
+  CHECK(alone.tp_comm_s == Approx(whole.tp_comm_s));
+  CHECK(alone.tp_hidden_s == Approx(0).margin(1e-15));
+  // One chunk's GEMM beside every step hides up to its own time of each.
+  for (const double rows : {64.0, 1024.0, 16384.0}) {
+    CAPTURE(rows);
+    const GemmShape chunk{rows, 4096, 4096, 2 * (rows * 4096 + 4096.0 * 4096 + rows * 4096)};
+    Costs gemm;
+    gemm.gemms.push_back(chunk);
+    const double chunk_s = segment_time(gemm, h100(), trainer::recipe::Precision::BF16, placement, false).gemm_s;
+    Costs c = ring;
+    c.comms[0].behind = {chunk};
+    const SegmentTime t = segment_time(c, h100(), trainer::recipe::Precision::BF16, placement, false);
+    CHECK(t.tp_comm_s == Approx(7 * std::max(0.0, step - chunk_s)).margin(1e-15));
+    CHECK(t.tp_comm_s + t.tp_hidden_s == Approx(7 * step));
+  }
+}
+
+TEST_CASE("collective matmuls (parallel.tp_comm_overlap): less exposed tp time - the same communication - GEMMs in chunks - no gathered copy - nothing without sp",
+          "[estimate]") {
+  const auto on = estimate("llama3-8b.json", {"parallel.tp=4", "parallel.tp_comm_overlap=true"}, 64);
+  const auto off = estimate("llama3-8b.json", {"parallel.tp=4", "parallel.tp_comm_overlap=false"}, 64);
+  REQUIRE(on.has_time);
+  CHECK(on.time.tp_comm_s < 0.2 * off.time.tp_comm_s);
+  CHECK(on.time.tp_hidden_s > off.time.tp_hidden_s);
+  // The rings move the same bytes in the same time as the collectives they replace.
+  CHECK(on.time.tp_comm_s + on.time.tp_hidden_s == Approx(off.time.tp_comm_s + off.time.tp_hidden_s).epsilon(1e-9));
+  // The same FLOPs as more, smaller GEMMs: each chunk pays its own latency.
+  CHECK(on.time.gemm_s > off.time.gemm_s);
+  CHECK(on.step_time_s < off.step_time_s);
+  CHECK(on.peak_bytes <= off.peak_bytes);
+  // Without sequence parallelism there is nothing to ring.
+  const auto plain_on = estimate("llama3-8b.json", {"parallel.tp=4", "parallel.sequence_parallel=false",
+                                                    "parallel.tp_comm_overlap=true"}, 64);
+  const auto plain_off = estimate("llama3-8b.json", {"parallel.tp=4", "parallel.sequence_parallel=false",
+                                                     "parallel.tp_comm_overlap=false"}, 64);
+  CHECK(plain_on.step_time_s == plain_off.step_time_s);
+  CHECK(plain_on.time.tp_comm_s == plain_off.time.tp_comm_s);
+  CHECK(plain_on.peak_bytes == plain_off.peak_bytes);
+}
+
 TEST_CASE("step time: outputs consistent with each other", "[estimate]") {
   const auto e = estimate("llama3-8b.json", {}, 64);
   REQUIRE(e.has_time);
