@@ -65,14 +65,20 @@ at::Tensor sum_row_parallel(at::Tensor partial, comm::Communicator& tp, bool seq
   return out;
 }
 
-// y = x W^T summed over tp like sum_row_parallel; with sequence parallelism and `overlap` the
-// reduce-scatter is a ring pipelined with the GEMM's chunks (parallel/tensor/collective_matmul.h).
-at::Tensor row_parallel_product(const at::Tensor& x, const at::Tensor& weight, comm::Communicator& tp,
-                                bool sequence_parallel, bool overlap) {
-  if (sequence_parallel && overlap) return parallel::matmul_reduce_scatter(x, weight.t(), tp);
+std::vector<int64_t> with_last(const at::Tensor& x, int64_t last) {
   std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = weight.size(0);
-  return sum_row_parallel(rows_of(x).mm(weight.t()).view(shape), tp, sequence_parallel);
+  shape.back() = last;
+  return shape;
+}
+
+// y = x W^T summed over tp like sum_row_parallel (`tp` null: one rank, no sum); with sequence
+// parallelism and `overlap` the reduce-scatter is a ring pipelined with the GEMM's chunks
+// (parallel/tensor/collective_matmul.h).
+at::Tensor row_parallel_product(const at::Tensor& x, const at::Tensor& weight, comm::Communicator* tp,
+                                bool sequence_parallel, bool overlap) {
+  if (tp && sequence_parallel && overlap) return parallel::matmul_reduce_scatter(x, weight.t(), *tp);
+  at::Tensor partial = rows_of(x).mm(weight.t()).view(with_last(x, weight.size(0)));
+  return tp ? sum_row_parallel(std::move(partial), *tp, sequence_parallel) : partial;
 }
 
 // A row-parallel backward's output gradient gathered along the sequence (sequence parallelism).
@@ -86,12 +92,6 @@ at::Tensor gather_output_grad(const at::Tensor& g, comm::Communicator& tp, bool 
   at::Tensor gathered;
   *grad_input = parallel::all_gather_matmul(g, {w.get()}, tp, &gathered).at(0);
   return gathered;
-}
-
-std::vector<int64_t> with_last(const at::Tensor& x, int64_t last) {
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = last;
-  return shape;
 }
 
 struct ColumnParallelLinear : public torch::autograd::Function<ColumnParallelLinear> {
@@ -180,7 +180,7 @@ struct RowParallelLinear : public torch::autograd::Function<RowParallelLinear> {
     ctx->saved_data["overlap"] = overlap;
     ctx->save_for_backward({x});
     const WeightUse w(*handle->params[0]);
-    return row_parallel_product(x, w.get(), *group->group, sequence_parallel, overlap);
+    return row_parallel_product(x, w.get(), group->group, sequence_parallel, overlap);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -220,8 +220,7 @@ struct RecomputedLinear : public torch::autograd::Function<RecomputedLinear> {
     ctx->save_for_backward(inputs.vec());
     const at::Tensor x = first_pass(f->fn, inputs.vec()).at(0);
     const WeightUse w(*handle->params[0]);
-    if (group) return row_parallel_product(x, w.get(), *group->group, sequence_parallel, overlap);
-    return rows_of(x).mm(w.get().t()).view(with_last(x, w.get().size(0)));
+    return row_parallel_product(x, w.get(), group ? group->group : nullptr, sequence_parallel, overlap);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -278,8 +277,7 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     ctx->save_for_backward({gate, up});
     const WeightUse w(*handle->params[0]);
     const at::Tensor product = swiglu_product(gate, up, fused);
-    if (group) return row_parallel_product(product, w.get(), *group->group, sequence_parallel, overlap);
-    return rows_of(product).mm(w.get().t()).view(with_last(product, w.get().size(0)));
+    return row_parallel_product(product, w.get(), group ? group->group : nullptr, sequence_parallel, overlap);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -294,7 +292,7 @@ struct SwigluDownLinear : public torch::autograd::Function<SwigluDownLinear> {
     const bool ring = group && ctx->saved_data["sp"].toBool() && ctx->saved_data["overlap"].toBool() && input_grads;
     at::Tensor grad_product;
     const at::Tensor go = group && ctx->saved_data["sp"].toBool()
-                              ? gather_output_grad(grads[0], *group->group, ring, ring ? &p : nullptr, &grad_product)
+                              ? gather_output_grad(grads[0], *group->group, ring, &p, &grad_product)
                               : grads[0];
     at::Tensor grad_gate, grad_up;
     auto input_gradients = [&] {

@@ -54,6 +54,23 @@ Id column_backward(Replay& r, const std::vector<Id>& gs, const std::vector<int64
   return res;
 }
 
+namespace {
+
+// [T, H] partial sums summed over tp: all-reduced in place, or reduce-scattered (sp) into [Tn, H].
+Id sum_over_tp(Replay& r, Id y) {
+  if (r.s.tp <= 1) return y;
+  if (!r.sp()) {
+    r.comm(CommKind::AllReduce, CommGroup::Tp, r.T() * r.H() * r.e);
+    return y;
+  }
+  r.comm(CommKind::ReduceScatter, CommGroup::Tp, r.T() * r.H() * r.e);
+  const Id res = r.alloc(r.Tn() * r.H() * r.e);
+  r.drop(y);
+  return res;
+}
+
+}  // namespace
+
 Id gather_input(Replay& r, Id x, int gemms) {
   if (!r.sp()) return x;
   const size_t gather = r.comm(CommKind::AllGather, CommGroup::Tp, r.T() * r.H() * r.e);
@@ -63,7 +80,7 @@ Id gather_input(Replay& r, Id x, int gemms) {
 }
 
 Id row_output(Replay& r, int64_t rows, int64_t n, int64_t k) {
-  if (!r.tp_ring()) return reduce_output(r, r.gemm(rows, n, k));
+  if (!r.tp_ring()) return sum_over_tp(r, r.gemm(rows, n, k));
   const int64_t chunk_rows = rows / r.s.tp, chunk = chunk_rows * n * r.e;
   const size_t ring = r.comm(CommKind::ReduceScatter, CommGroup::Tp, rows * n * r.e);
   r.ring(ring, 0);
@@ -80,29 +97,7 @@ Id row_output(Replay& r, int64_t rows, int64_t n, int64_t k) {
   return sum;
 }
 
-Id reduce_output(Replay& r, Id y) {
-  if (r.s.tp <= 1) return y;
-  if (!r.sp()) {
-    r.comm(CommKind::AllReduce, CommGroup::Tp, r.T() * r.H() * r.e);
-    return y;
-  }
-  r.comm(CommKind::ReduceScatter, CommGroup::Tp, r.T() * r.H() * r.e);
-  const Id res = r.alloc(r.Tn() * r.H() * r.e);
-  r.drop(y);
-  return res;
-}
-
-Id reduce_grad(Replay& r, Id g) {
-  if (r.s.tp <= 1) return g;
-  if (!r.sp()) {
-    r.comm(CommKind::AllReduce, CommGroup::Tp, r.T() * r.H() * r.e);
-    return g;
-  }
-  r.comm(CommKind::ReduceScatter, CommGroup::Tp, r.T() * r.H() * r.e);
-  const Id res = r.alloc(r.Tn() * r.H() * r.e);
-  r.drop(g);
-  return res;
-}
+Id reduce_grad(Replay& r, Id g) { return sum_over_tp(r, g); }
 
 Id gather_grad_copy(Replay& r, Id g) {
   if (!r.sp()) return g;

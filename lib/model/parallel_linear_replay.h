@@ -43,11 +43,8 @@ Id column_backward(Replay& r, const std::vector<Id>& gs, const std::vector<int64
 // steps. 0: gathered whole (the LM head's gather_from_sp).
 Id gather_input(Replay& r, Id x, int gemms = 0);
 
-// Output of a row-parallel block: all-reduce (tp) or reduce-scatter (sp) of the partial sums.
-Id reduce_output(Replay& r, Id y);
-
-// A row-parallel linear's output, y = x W^T [rows, n] for x [rows, k], summed over tp:
-// reduce_output of one GEMM or, with the collective matmul, tp chunk GEMMs pipelined with the
+// A row-parallel linear's output, y = x W^T [rows, n] for x [rows, k], summed over tp: one GEMM
+// and an all-reduce (tp) or reduce-scatter (sp) of its partial sums or, with the collective matmul, tp chunk GEMMs pipelined with the
 // ring's steps, at most three chunks [rows / tp, n] alive (the running sum, the one arriving, the
 // next partial product) and never the whole product.
 Id row_output(Replay& r, int64_t rows, int64_t n, int64_t k);
